@@ -1,0 +1,369 @@
+"""What this machine is: CPU, instruction sets, memory, GPUs, the torch build, and a peak.
+
+Nothing here initialises CUDA in the calling process. GPU properties come from a short
+child process, so a notebook that reports its hardware can still fork or spawn workers
+afterwards (the same reason accelerate asks ``nvidia-smi`` instead of torch).
+
+    from torchhw import hardware
+    report = hardware.report()      # a table in a notebook, report.to_dict() for JSON
+    hardware.peak_flops(report.cpu) # cores x FLOP/cycle x clock, or unknown with a reason
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+# The flags that change which kernels PyTorch can use on a CPU.
+ISA_FLAGS = {
+    "avx2": "AVX2",
+    "fma": "FMA",
+    "avx512f": "AVX-512",
+    "avx512_bf16": "AVX-512 BF16",
+    "avx512_fp16": "AVX-512 FP16",
+    "avx512_vnni": "AVX-512 VNNI",
+    "amx_tile": "AMX",
+    "amx_bf16": "AMX BF16",
+    "amx_fp16": "AMX FP16",
+    "asimd": "NEON",
+    "sve": "SVE",
+}
+
+
+@dataclass
+class CPUInfo:
+    model: str
+    vendor: str
+    arch: str
+    logical_cores: int
+    physical_cores: int | None
+    clock_ghz: float | None
+    clock_source: str
+    family: int | None = None
+    model_number: int | None = None
+    isa: dict[str, bool] = field(default_factory=dict)
+    torch_capability: str = ""
+    caches: dict[str, int] = field(default_factory=dict)  # "L1d", "L2", "L3" -> bytes per cache
+
+
+@dataclass
+class GPUInfo:
+    index: int
+    name: str
+    memory_gib: float
+    compute_capability: str
+    sm_count: int
+
+
+@dataclass
+class Peak:
+    """A theoretical peak: ``gflops`` is None when it cannot be derived honestly."""
+
+    dtype: str
+    gflops: float | None
+    basis: str
+    cores: int | None = None
+    flops_per_cycle: float | None = None
+
+    def implied_clock_ghz(self, measured_gflops: float) -> float | None:
+        """The clock a measured rate implies, if every FMA unit was busy every cycle."""
+        if not self.cores or not self.flops_per_cycle:
+            return None
+        return measured_gflops / (self.cores * self.flops_per_cycle)
+
+    def __str__(self) -> str:
+        if self.gflops is None:
+            return f"{self.dtype} peak: unknown ({self.basis})"
+        return f"{self.dtype} peak: {self.gflops:,.0f} GFLOP/s = {self.basis}"
+
+
+@dataclass(repr=False)
+class HardwareReport:
+    cpu: CPUInfo
+    memory_gib: float
+    torch_build: dict[str, Any]
+    gpus: list[GPUInfo]
+    gpu_note: str
+    mps: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(item, value) pairs in reading order, for a table."""
+        c = self.cpu
+        isa = ", ".join(ISA_FLAGS[k] for k, v in c.isa.items() if v) or "none detected"
+        cores = f"{c.logical_cores} logical"
+        if c.physical_cores:
+            cores += f", {c.physical_cores} physical"
+        clock = f"{c.clock_ghz:.2f} GHz ({c.clock_source})" if c.clock_ghz else "unknown"
+        rows = [
+            ("CPU", c.model),
+            ("cores", cores),
+            ("clock", clock),
+            ("ISA features", isa),
+            ("torch CPU kernels", c.torch_capability),
+            ("caches", ", ".join(f"{k} {_size(v)}" for k, v in c.caches.items()) or "unknown"),
+            ("memory", f"{self.memory_gib:.1f} GiB"),
+        ]
+        rows += [(k, str(v)) for k, v in self.torch_build.items()]
+        if self.gpus:
+            for g in self.gpus:
+                rows.append(
+                    (f"GPU {g.index}", f"{g.name}, {g.memory_gib:.1f} GiB, compute capability "
+                                       f"{g.compute_capability}, {g.sm_count} SMs")
+                )
+        else:
+            rows.append(("GPU", self.gpu_note))
+        rows.append(("Apple MPS", "available" if self.mps else "not available"))
+        return rows
+
+    def __str__(self) -> str:
+        width = max(len(k) for k, _ in self.rows())
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows())
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self) -> str:
+        lines = ["| item | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in self.rows()]
+        return "\n".join(lines)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:g} KiB"
+
+
+def _caches() -> dict[str, int]:
+    """Per-cache sizes of CPU 0 from sysfs (Linux) or sysctl (macOS); {} when unknown."""
+    found: dict[str, int] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        level, kind = _read(str(index / "level")).strip(), _read(str(index / "type")).strip()
+        size = _read(str(index / "size")).strip().upper()
+        if not level or kind == "Instruction" or not size:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        found[f"L{level}" + ("d" if kind == "Data" else "")] = value
+    if not found and sys.platform == "darwin":
+        for name, key in (("L1d", "hw.l1dcachesize"), ("L2", "hw.l2cachesize"),
+                          ("L3", "hw.l3cachesize")):
+            if _sysctl(key).isdigit() and int(_sysctl(key)):
+                found[name] = int(_sysctl(key))
+    return found
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _sysctl(name: str) -> str:
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_info() -> CPUInfo:
+    """Describe the CPU from /proc/cpuinfo (Linux) or sysctl (macOS); unknowns stay None."""
+    arch = platform.machine()
+    model, vendor, flags = platform.processor() or arch, "", set()
+    family = model_number = None
+    clock, clock_source = None, "unknown"
+    text = _read("/proc/cpuinfo")
+    if text:
+        first = text.split("\n\n")[0]
+        info = dict(
+            (k.strip(), v.strip()) for k, _, v in
+            (line.partition(":") for line in first.splitlines()) if k.strip()
+        )
+        model = info.get("model name") or info.get("Model") or model
+        vendor = info.get("vendor_id", "")
+        flags = set((info.get("flags") or info.get("Features") or "").split())
+        family = int(info["cpu family"]) if info.get("cpu family", "").isdigit() else None
+        model_number = int(info["model"]) if info.get("model", "").isdigit() else None
+        max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
+        if max_khz.isdigit():
+            clock, clock_source = int(max_khz) / 1e6, "maximum, from cpufreq"
+        elif info.get("cpu MHz"):
+            clock = float(info["cpu MHz"]) / 1e3
+            clock_source = "as reported by /proc/cpuinfo; boost clocks may be higher"
+    elif sys.platform == "darwin":
+        model = _sysctl("machdep.cpu.brand_string") or model
+        vendor = "Apple" if arch == "arm64" else "GenuineIntel"
+        if arch == "arm64":
+            flags = {"asimd"}
+        else:
+            features = (_sysctl("machdep.cpu.features") + " " +
+                        _sysctl("machdep.cpu.leaf7_features")).lower()
+            flags = {f.replace(".", "_") for f in features.split()}
+        hz = _sysctl("hw.cpufrequency_max")
+        if hz.isdigit():
+            clock, clock_source = int(hz) / 1e9, "maximum, from sysctl"
+    return CPUInfo(
+        model=model,
+        vendor=vendor,
+        arch=arch,
+        logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
+        physical_cores=psutil.cpu_count(logical=False),
+        clock_ghz=clock,
+        clock_source=clock_source,
+        family=family,
+        model_number=model_number,
+        isa={k: k in flags for k in ISA_FLAGS},
+        torch_capability=torch.backends.cpu.get_cpu_capability(),
+        caches=_caches(),
+    )
+
+
+def _fp32_flops_per_cycle(cpu: CPUInfo) -> tuple[int | None, str]:
+    """fp32 FLOP per cycle per core from the vector FMA units, where the core is known."""
+    isa = cpu.isa
+    if cpu.vendor == "AuthenticAMD" and cpu.family is not None:
+        if cpu.family == 0x17:  # Zen/Zen+ split 256-bit ops over 128-bit units; Zen 2 does not
+            if (cpu.model_number or 0) < 0x30:
+                return 16, "Zen 1: 2 FMA units x 128 bit"
+            return 32, "Zen 2: 2 FMA units x 256 bit"
+        if cpu.family == 0x19:
+            if isa.get("avx512f"):
+                return 32, "Zen 4: 2 FMA units x 256 bit (AVX-512 runs as two halves)"
+            return 32, "Zen 3: 2 FMA units x 256 bit"
+        if cpu.family == 0x1A:
+            return 64, "Zen 5: 2 FMA units x 512 bit (laptop parts: half that)"
+    if cpu.vendor == "GenuineIntel":
+        if isa.get("avx512f"):
+            return 64, "Intel AVX-512: 2 FMA units x 512 bit (some Xeon Silver/Bronze: 1 unit)"
+        if isa.get("avx2") and isa.get("fma"):
+            return 32, "Intel AVX2: 2 FMA units x 256 bit"
+    return None, f"no table entry for {cpu.model!r} ({cpu.vendor or cpu.arch})"
+
+
+def peak_flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
+               cores: int | None = None) -> Peak:
+    """Theoretical CPU peak for ``dtype``: cores x FLOP/cycle x clock, or unknown with why.
+
+    ``cores`` defaults to every physical core; pass the thread count a benchmark used.
+    Uses physical cores (SMT threads share the FMA units) and the clock the OS reports,
+    which in a VM is often the base clock: a measured rate above this "peak" means the
+    core was boosting. fp16 has no native arithmetic without AVX-512 FP16 or AMX FP16,
+    so its peak is reported as unknown rather than guessed.
+    """
+    cpu = cpu or cpu_info()
+    name = str(dtype).replace("torch.", "")
+    per_cycle, why = _fp32_flops_per_cycle(cpu)
+    cores = cores or cpu.physical_cores or cpu.logical_cores
+    if per_cycle is None:
+        return Peak(name, None, why)
+    if cpu.clock_ghz is None:
+        return Peak(name, None, "clock speed not reported by this OS")
+    scale, note = 1.0, ""
+    if dtype == torch.float64:
+        scale, note = 0.5, ", fp64 at half the fp32 rate"
+    elif dtype == torch.bfloat16:
+        if cpu.isa.get("amx_bf16"):
+            per_cycle, scale, note, why = 1024, 1.0, "", "AMX BF16 tiles: 1024 FLOP/cycle"
+        elif cpu.isa.get("avx512_bf16"):
+            scale, note = 2.0, ", bf16 dot products at twice the fp32 rate (AVX-512 BF16)"
+        else:
+            return Peak(name, None, "no bf16 instructions: bf16 is converted to fp32 to compute")
+    elif dtype == torch.float16:
+        if cpu.isa.get("amx_fp16"):
+            per_cycle, scale, note, why = 1024, 1.0, "", "AMX FP16 tiles: 1024 FLOP/cycle"
+        elif cpu.isa.get("avx512_fp16"):
+            scale, note = 2.0, ", fp16 at twice the fp32 rate (AVX-512 FP16)"
+        else:
+            return Peak(name, None, "no fp16 arithmetic instructions on this CPU")
+    elif dtype != torch.float32:
+        return Peak(name, None, f"no peak model for {name}")
+    gflops = cores * per_cycle * scale * cpu.clock_ghz
+    basis = f"{cores} cores x {per_cycle * scale:g} FLOP/cycle x {cpu.clock_ghz:.2f} GHz ({why}{note})"
+    return Peak(name, gflops, basis, cores, per_cycle * scale)
+
+
+_GPU_PROBE = r"""
+import json, torch
+out = {"gpus": [], "cudnn": None, "nccl": None}
+if torch.cuda.is_available():
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out["gpus"].append(dict(index=i, name=p.name, memory_gib=p.total_memory / 2**30,
+                                compute_capability=f"{p.major}.{p.minor}",
+                                sm_count=p.multi_processor_count))
+    out["cudnn"] = torch.backends.cudnn.version()
+    try:
+        v = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:
+        pass
+print(json.dumps(out))
+"""
+
+
+def gpu_info(timeout: float = 120) -> tuple[list[GPUInfo], dict[str, Any], str]:
+    """GPUs, cuDNN and NCCL versions, asked in a child process so this one stays CUDA-free.
+
+    Returns (gpus, versions, note); the note says why the list is empty when it is.
+    """
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return [], {}, "none (this torch is a CPU-only build)"
+    try:
+        done = subprocess.run([sys.executable, "-c", _GPU_PROBE], capture_output=True,
+                              text=True, timeout=timeout)
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError) as err:
+        return [], {}, f"unknown: the GPU probe failed ({err})"
+    gpus = [GPUInfo(**g) for g in data["gpus"]]
+    versions = {"cuDNN": data["cudnn"], "NCCL": data["nccl"]}
+    return gpus, versions, "" if gpus else "none found by CUDA"
+
+
+def torch_build() -> dict[str, Any]:
+    """Versions and build flags of the installed torch that decide which kernels exist."""
+    mkldnn = torch.backends.mkldnn
+    return {
+        "torch": torch.__version__,
+        "CUDA (build)": torch.version.cuda or "none",
+        "ROCm (build)": getattr(torch.version, "hip", None) or "none",
+        "BLAS": "MKL" if torch.backends.mkl.is_available() else "other (OpenBLAS, Accelerate...)",
+        "oneDNN": "yes" if mkldnn.is_available() else "no",
+        "OpenMP": "yes" if torch.backends.openmp.is_available() else "no",
+        "intra-op threads": torch.get_num_threads(),
+        "Python": platform.python_version(),
+    }
+
+
+def report(probe_gpus: bool = True) -> HardwareReport:
+    """The whole hardware report. Set ``probe_gpus=False`` to skip the child process."""
+    build = torch_build()
+    gpus, versions, note = gpu_info() if probe_gpus else ([], {}, "not probed")
+    for key, value in versions.items():
+        build[key] = value if value is not None else "none"
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    return HardwareReport(
+        cpu=cpu_info(),
+        memory_gib=psutil.virtual_memory().total / 2**30,
+        torch_build=build,
+        gpus=gpus,
+        gpu_note=note,
+        mps=mps,
+    )
+
+
+def cpu_short_name(cpu: CPUInfo) -> str:
+    """A compact label such as 'AMD EPYC, 2 cores' for plot titles."""
+    name = re.sub(r"\s+", " ", cpu.model).strip()
+    return f"{name}, {cpu.physical_cores or cpu.logical_cores} cores"

@@ -1,0 +1,40 @@
+"""The one set-up call every notebook makes after validating its parameters.
+
+    device = setup(seed=seed, device=device)
+
+seeds every random generator, applies the plot defaults, sets the thread count when asked,
+picks the device (raising DeviceUnavailable for one that is not here) and prints what it
+chose, so the top of every executed notebook says what it ran on.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from . import plots
+from .device import describe, pick_device
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators (all devices) with ``seed``."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def setup(seed: int = 0, device: str = "auto", threads: int | None = None,
+          verbose: bool = True) -> torch.device:
+    """Seed, style plots, set threads (None keeps torch's default) and pick the device."""
+    chosen = pick_device(device)
+    seed_everything(seed)
+    plots.use_defaults()
+    if threads:
+        torch.set_num_threads(threads)
+    if verbose:
+        how = "chosen automatically" if str(device) == "auto" else "as asked"
+        print(f"device: {describe(chosen)} ({how}); seed {seed}; "
+              f"torch {torch.__version__}; {torch.get_num_threads()} CPU threads")
+    return chosen

@@ -1,0 +1,262 @@
+"""Executing the course with papermill, and the report of what this machine did.
+
+    torchhw run                  # every notebook, quick mode, into runs/<timestamp>/
+    torchhw run 00 tensors -p seed 1 --full
+
+Each notebook runs on a fresh kernel. A failing notebook is reported with the failing cell
+and error and the run goes on; the exit status says whether any failed. A ``-p`` value
+goes to each notebook that declares that parameter; one that no selected notebook
+declares is an error before anything runs (papermill itself only warns). Measurements a
+notebook records with :func:`torchhw.record.record` end up in the report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import record as rec
+
+KERNEL = "python3"
+
+
+class CourseError(ValueError):
+    """A request the runner cannot act on: an unknown notebook or parameter."""
+
+
+def find_notebooks_dir(start: Path | None = None) -> Path:
+    """The course's notebooks/ folder: beside the source checkout, else under the cwd."""
+    here = Path(__file__).resolve().parents[2] / "notebooks"
+    for candidate in ([start] if start else []) + [here, Path.cwd() / "notebooks"]:
+        if candidate and candidate.is_dir():
+            return candidate
+    raise CourseError("no notebooks/ folder found: run from the course checkout, or pass "
+                      "--notebooks DIR")
+
+
+def discover(folder: Path) -> list[Path]:
+    """The course notebooks in reading order: files named NN_topic.ipynb."""
+    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
+
+
+def select(paths: Sequence[Path], names: Sequence[str]) -> list[Path]:
+    """Pick notebooks by number ('00'), topic ('tensors') or full name; keep course order."""
+    if not names:
+        return list(paths)
+    chosen: set[Path] = set()
+    for name in names:
+        key = name.removesuffix(".ipynb")
+        hits = [p for p in paths if key in (p.stem, p.stem[:2], p.stem[3:])]
+        if not hits:
+            known = ", ".join(p.stem for p in paths)
+            close = difflib.get_close_matches(key, [p.stem for p in paths] +
+                                              [p.stem[3:] for p in paths], n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise CourseError(f"no notebook matches {name!r}.{hint} The course has: {known}.")
+        chosen.update(hits)
+    return [p for p in paths if p in chosen]
+
+
+def parse_value(text: str) -> Any:
+    """Read a -p value the way papermill does: True/False/None, int, float, else str."""
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def declared_parameters(path: Path) -> dict[str, Any]:
+    """Names and defaults in the notebook's cell tagged 'parameters'."""
+    import papermill
+
+    return {name: info["default"] for name, info in papermill.inspect_notebook(str(path)).items()}
+
+
+def source_hash(nb: Any) -> str:
+    """A hash of every code cell's source: changes whenever code changes."""
+    text = "\n\x00".join(c.source for c in nb.cells if c.cell_type == "code")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    status: str  # "ok" or "failed"
+    seconds: float
+    output: str
+    parameters: dict[str, Any]
+    error: str = ""
+    failing_cell: int | None = None
+    failing_source: str = ""
+    measurements: dict[str, Any] = field(default_factory=dict)
+
+
+def _run_one(path: Path, out: Path, parameters: dict[str, Any], records: Path,
+             timeout: int, progress: bool) -> NotebookResult:
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    records.unlink(missing_ok=True)
+    os.environ[rec.ENV_VAR] = str(records)  # the kernel inherits it
+    start = time.perf_counter()
+    result = NotebookResult(path.stem, "ok", 0.0, str(out), parameters)
+    try:
+        papermill.execute_notebook(
+            str(path), str(out), parameters=parameters, kernel_name=KERNEL,
+            progress_bar=progress, cwd=str(path.parent), execution_timeout=timeout,
+            start_timeout=120,
+        )
+    except PapermillExecutionError as err:
+        result.status = "failed"
+        result.error = f"{err.ename}: {err.evalue}"
+        result.failing_cell = err.exec_count
+        result.failing_source = err.source
+    except Exception as err:  # kernel death, timeout, bad notebook: report, go on
+        result.status = "failed"
+        result.error = f"{type(err).__name__}: {err}"
+    finally:
+        os.environ.pop(rec.ENV_VAR, None)
+    result.seconds = time.perf_counter() - start
+    result.measurements = rec.load(records)
+    return result
+
+
+def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = None,
+               out_dir: Path | None = None, notebooks: Path | None = None,
+               quick: bool = True, timeout: int = 600, progress: bool = True,
+               echo: Any = print) -> tuple[Path, list[NotebookResult]]:
+    """Run the chosen notebooks in order; return the run folder and each result."""
+    folder = find_notebooks_dir(notebooks)
+    paths = select(discover(folder), names)
+    if not paths:
+        raise CourseError(f"{folder} holds no notebooks named NN_topic.ipynb")
+    parameters = dict(parameters or {})
+    declared = {p: declared_parameters(p) for p in paths}
+    known = set().union(*(set(d) for d in declared.values()))
+    for name in parameters:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise CourseError(f"unknown parameter {name!r}: no selected notebook declares it."
+                              f"{hint} Declared: {', '.join(sorted(known))}.")
+    out_dir = out_dir or Path("runs") / datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    (out_dir / "records").mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, path in enumerate(paths, 1):
+        mine = {k: v for k, v in parameters.items() if k in declared[path]}
+        if "quick" in declared[path]:
+            mine.setdefault("quick", quick)
+        echo(f"[{i}/{len(paths)}] {path.stem} {mine} ...", flush=True)
+        r = _run_one(path, out_dir / path.name, mine, out_dir / "records" / f"{path.stem}.json",
+                     timeout, progress)
+        where = f" in cell [{r.failing_cell}]" if r.failing_cell is not None else ""
+        echo(f"      {r.status} in {r.seconds:.1f} s" +
+             (f": {r.error.splitlines()[0] if r.error else ''}{where}" if r.error else ""),
+             flush=True)
+        results.append(r)
+    write_report(out_dir, results)
+    echo("\n" + summary_table(results))
+    echo(f"\nreport: {out_dir / 'report.md'}")
+    return out_dir, results
+
+
+def summary_table(results: Sequence[NotebookResult]) -> str:
+    """A plain-text table: notebook, status, seconds, first line of any error."""
+    width = max([len(r.name) for r in results] + [8])
+    lines = [f"{'notebook':<{width}}  status  seconds  error", "-" * (width + 32)]
+    for r in results:
+        err = r.error.splitlines()[0][:80] if r.error else ""
+        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.seconds:7.1f}  {err}")
+    failed = sum(r.status != "ok" for r in results)
+    total = sum(r.seconds for r in results)
+    lines.append(f"{len(results) - failed} passed, {failed} failed, {total:.1f} s in all")
+    return "\n".join(lines)
+
+
+def _hardware_summary() -> dict[str, Any]:
+    from . import hardware
+
+    report = hardware.report()
+    peak = hardware.peak_flops(report.cpu)
+    return {"rows": report.rows(), "cpu_fp32_peak_gflops": peak.gflops, "peak_basis": peak.basis}
+
+
+def write_report(out_dir: Path, results: Sequence[NotebookResult]) -> None:
+    """report.json (everything) and report.md (for people) in ``out_dir``."""
+    hw = _hardware_summary()
+    data = {
+        "created": datetime.now().isoformat(timespec="seconds"),
+        "hardware": hw,
+        "notebooks": [asdict(r) for r in results],
+        "passed": sum(r.status == "ok" for r in results),
+        "failed": sum(r.status != "ok" for r in results),
+    }
+    (out_dir / "report.json").write_text(json.dumps(data, indent=1, default=str))
+    md = [f"# torchhw course run, {data['created']}", "",
+          f"{data['passed']} passed, {data['failed']} failed.", "", "## Machine", "",
+          "| item | value |", "|---|---|"]
+    md += [f"| {k} | {v} |" for k, v in hw["rows"]]
+    md += ["", "## Notebooks", "", "| notebook | status | seconds | parameters |",
+           "|---|---|--:|---|"]
+    md += [f"| [{r.name}]({Path(r.output).name}) | {r.status} | {r.seconds:.1f} | "
+           f"{r.parameters} |" for r in results]
+    for r in results:
+        if r.status != "ok":
+            md += ["", f"### {r.name} failed", "", f"In cell [{r.failing_cell}]:", "",
+                   "```python", r.failing_source.strip(), "```", "", "```", r.error.strip(), "```"]
+    measured = [r for r in results if r.measurements]
+    if measured:
+        md += ["", "## Measured", "", "| notebook | measurement | value | unit |", "|---|---|--:|---|"]
+        for r in measured:
+            for name, m in r.measurements.items():
+                value = m["value"]
+                if isinstance(value, float):
+                    value = f"{value:,.4g}"
+                elif isinstance(value, (list, dict)):
+                    value = json.dumps(value)[:80]
+                md.append(f"| {r.name} | {name} | {value} | {m['unit']} |")
+    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+
+
+def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout: int = 600,
+               echo: Any = print) -> list[Path]:
+    """Re-execute notebooks in place on a fresh kernel with their default parameters.
+
+    These are the outputs that are committed and that nbval compares against; the hash of
+    the code that produced them is stored so a test can tell when a cell was edited
+    without regenerating.
+    """
+    import nbclient
+    import nbformat
+
+    folder = find_notebooks_dir(notebooks)
+    paths = select(discover(folder), names)
+    os.environ.pop(rec.ENV_VAR, None)
+    os.environ["TQDM_DISABLE"] = "1"
+    for path in paths:
+        start = time.perf_counter()
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+                cell.metadata.pop("execution", None)
+        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=KERNEL,
+                                         record_timing=False,
+                                         resources={"metadata": {"path": str(folder)}})
+        client.execute()
+        nb.metadata.pop("papermill", None)
+        nb.metadata["torchhw"] = {"source_hash": source_hash(nb)}
+        nbformat.write(nb, path)
+        echo(f"{path.name}: regenerated in {time.perf_counter() - start:.1f} s", flush=True)
+    return paths
