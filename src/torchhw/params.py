@@ -45,7 +45,7 @@ class Spec:
             isinstance(value, bool) and bool not in kinds)  # True is an int to Python
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value, ok_type = float(value), True
-        if not ok_type:
+        if not ok_type or (isinstance(value, float) and value != value):  # NaN fails every check
             raise _error(name, value, self.expected())
         if self.choices is not None and value not in self.choices:
             raise _error(name, value, self.expected())

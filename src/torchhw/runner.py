@@ -150,7 +150,8 @@ def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = No
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise CourseError(f"unknown parameter {name!r}: no selected notebook declares it."
                               f"{hint} Declared: {', '.join(sorted(known))}.")
-    out_dir = out_dir or Path("runs") / datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    # absolute: each kernel runs in the notebooks folder, not here
+    out_dir = (out_dir or Path("runs") / datetime.now().strftime("%Y-%m-%d_%H%M%S")).resolve()
     (out_dir / "records").mkdir(parents=True, exist_ok=True)
     results = []
     for i, path in enumerate(paths, 1):

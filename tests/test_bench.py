@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from torchhw import bench
+
+
+def test_measure_reports_median_iqr_and_rates():
+    a = torch.randn(64, 64)
+    r = bench.measure(torch.mm, a, a, label="mm", flops=2 * 64**3, bytes=3 * 64 * 64 * 4,
+                      threads=1, min_run_time=0.02)
+    assert r.median > 0 and r.iqr >= 0 and r.runs >= 1
+    assert r.threads == 1 and r.device == "cpu"
+    assert r.gflops == pytest.approx(2 * 64**3 / r.median / 1e9)
+    assert r.gbps == pytest.approx(3 * 64 * 64 * 4 / r.median / 1e9)
+    assert r.intensity == pytest.approx(2 * 64 / 12)
+    assert "GFLOP/s" in str(r) and "GB/s" in str(r)
+
+
+def test_threads_default_to_torchs_count_not_one():
+    r = bench.measure(torch.add, torch.ones(8), torch.ones(8), label="add", min_run_time=0.01)
+    assert r.threads == torch.get_num_threads()
+
+
+def test_noise_flag():
+    r = bench.Result("x", "", "", median=1.0, iqr=0.2, runs=5, threads=1, device="cpu")
+    assert r.noisy and "noisy" in str(r)
+    assert not bench.Result("x", "", "", 1.0, 0.01, 5, 1, "cpu").noisy
+    assert r.gflops is None and r.intensity is None
+
+
+def test_compare_checks_results_before_timing():
+    v = torch.arange(10.0)
+    with pytest.raises(AssertionError, match="does not compute the same result"):
+        bench.compare({"sum": torch.sum, "mean": torch.mean}, v, label="reduce")
+    slow, fast = bench.compare({"sum": torch.sum, "sum again": lambda x: x.sum()}, v,
+                               label="reduce", min_run_time=0.01)
+    assert bench.speedup(slow, fast) == pytest.approx(slow.median / fast.median)
+
+
+def test_table_shows_ratios_and_marks_noise():
+    base = bench.Result("op", "", "a", 2.0, 0.1, 3, 1, "cpu", flops=2e9)
+    other = bench.Result("op", "", "b", 1.0, 0.5, 3, 1, "cpu", flops=2e9)
+    table = bench.table([base, other], baseline=base)
+    text = str(table)
+    assert "2.00x" in text and "1.00x" in text and "GFLOP/s" in text
+    assert "noisy" in text and "*" in text
+    assert table._repr_markdown_().startswith("| operation |")
+    assert repr(table) == text
+
+
+def test_fmt_time_units():
+    assert bench.fmt_time(1.5) == "1.5 s"
+    assert bench.fmt_time(0.0126) == "12.6 ms"
+    assert bench.fmt_time(850e-6) == "850 us"
+    assert bench.fmt_time(3e-9) == "3 ns"
+
+
+def test_matmul_and_fast_kernel_probe():
+    r = bench.matmul(32, torch.float32, threads=1, min_run_time=0.01)
+    assert r.flops == 2 * 32**3 and r.description == "float32"
+    fast, ratio = bench.has_fast_kernel(torch.float32, n=32, threads=1)
+    assert fast and 0.2 < ratio < 5  # the same kernel against itself
+
+
+def test_bandwidth_ops():
+    results = bench.bandwidth(2**20, threads=1, min_run_time=0.01)
+    assert [r.description for r in results] == ["copy", "add", "sum"]
+    assert all(r.gbps > 0 for r in results)
+    assert results[0].bytes == 2 * 2**20

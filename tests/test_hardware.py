@@ -1,0 +1,79 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from torchhw import hardware
+from torchhw.hardware import CPUInfo
+
+
+def cpu(vendor="AuthenticAMD", family=0x19, model=0x11, cores=2, clock=2.6, **isa):
+    flags = {k: False for k in hardware.ISA_FLAGS}
+    flags.update(isa)
+    return CPUInfo("test cpu", vendor, "x86_64", cores, cores, clock, "test", family, model, flags)
+
+
+def test_report_describes_this_machine():
+    report = hardware.report()
+    assert report.cpu.logical_cores >= 1
+    assert report.memory_gib > 0.5
+    assert report.torch_build["torch"] == torch.__version__
+    assert set(report.cpu.isa) == set(hardware.ISA_FLAGS)
+    assert report.cpu.torch_capability == torch.backends.cpu.get_cpu_capability()
+    json.dumps(report.to_dict())  # the runner stores it as JSON
+    text = str(report)
+    assert "CPU" in text and "memory" in text
+    assert report._repr_markdown_().startswith("| item | value |")
+
+
+def test_report_lists_gpus_or_says_why_not():
+    report = hardware.report()
+    if torch.cuda.is_available():
+        assert len(report.gpus) == torch.cuda.device_count()
+        assert all(g.sm_count > 0 and g.memory_gib > 0 for g in report.gpus)
+    else:
+        assert report.gpus == [] and report.gpu_note
+
+
+def test_neither_import_nor_report_initialises_cuda():
+    code = ("import torch, torchhw, torchhw.hardware as h, torchhw.bench, torchhw.runner\n"
+            "h.report()\nprint(torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("info, per_cycle", [
+    (cpu(family=0x19, avx512f=True, avx2=True, fma=True), 32),   # Zen 4
+    (cpu(family=0x19, avx2=True, fma=True), 32),                 # Zen 3
+    (cpu(family=0x17, model=0x01, avx2=True, fma=True), 16),     # Zen 1
+    (cpu(family=0x1A, avx512f=True), 64),                        # Zen 5
+    (cpu(vendor="GenuineIntel", family=6, avx512f=True), 64),
+    (cpu(vendor="GenuineIntel", family=6, avx2=True, fma=True), 32),
+])
+def test_peak_is_cores_times_flops_per_cycle_times_clock(info, per_cycle):
+    peak = hardware.peak_flops(info)
+    assert peak.gflops == pytest.approx(2 * per_cycle * 2.6)
+    assert peak.cores == 2 and peak.flops_per_cycle == per_cycle
+    assert peak.implied_clock_ghz(peak.gflops) == pytest.approx(2.6)
+    assert hardware.peak_flops(info, cores=1).gflops == pytest.approx(per_cycle * 2.6)
+
+
+def test_peak_for_other_dtypes():
+    zen4 = cpu(avx512f=True, avx512_bf16=True)
+    fp32 = hardware.peak_flops(zen4).gflops
+    assert hardware.peak_flops(zen4, torch.bfloat16).gflops == pytest.approx(2 * fp32)
+    assert hardware.peak_flops(zen4, torch.float64).gflops == pytest.approx(fp32 / 2)
+    half = hardware.peak_flops(zen4, torch.float16)
+    assert half.gflops is None and "fp16" in half.basis
+    assert hardware.peak_flops(cpu(), torch.bfloat16).gflops is None
+
+
+def test_peak_is_unknown_rather_than_guessed():
+    apple = CPUInfo("Apple M2", "Apple", "arm64", 8, 8, None, "unknown", isa={"asimd": True})
+    peak = hardware.peak_flops(apple)
+    assert peak.gflops is None and "Apple M2" in peak.basis
+    assert "unknown" in str(peak)
+    no_clock = cpu(clock=None, avx2=True, fma=True)
+    assert hardware.peak_flops(no_clock).gflops is None
