@@ -6,7 +6,7 @@ notebook stays light and a re-run changes pixels, not layout.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -78,4 +78,49 @@ def roofline(peak_gflops: float, bandwidth_gbps: float,
     ax.set_ylabel("GFLOP/s")
     ax.set_title(title or "Roofline")
     ax.legend(loc="lower right", fontsize=8)
+    return ax
+
+
+def autograd_graph(root: Any, names: dict[int, str] | None = None,
+                   ax: plt.Axes | None = None) -> plt.Axes:
+    """Draw the backward graph that ends in ``root`` (a tensor's ``grad_fn``).
+
+    Nodes are laid out by their distance from the output, the output at the top; leaves
+    (``AccumulateGrad``) are labelled with the tensor's name from ``names`` (id -> name).
+    """
+    names = names or {}
+    depth: dict[Any, int] = {root: 0}
+    edges: list[tuple[Any, Any]] = []
+    frontier = [root]
+    while frontier:  # breadth-first: a node's depth is its longest path from the output
+        node = frontier.pop(0)
+        for child, _ in getattr(node, "next_functions", ()):
+            if child is None:
+                continue
+            edges.append((node, child))
+            if depth.get(child, -1) < depth[node] + 1:
+                depth[child] = depth[node] + 1
+                frontier.append(child)
+    levels: dict[int, list[Any]] = {}
+    for node, d in depth.items():
+        levels.setdefault(d, []).append(node)
+    pos = {node: ((i + 1) / (len(row) + 1), -d) for d, row in levels.items()
+           for i, node in enumerate(row)}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 0.9 * (len(levels) + 1)))
+    for parent, child in edges:
+        (x0, y0), (x1, y1) = pos[parent], pos[child]
+        ax.annotate("", (x1, y1 + 0.18), (x0, y0 - 0.18),
+                    arrowprops={"arrowstyle": "->", "color": "gray"})
+    for node, (x, y) in pos.items():
+        label = type(node).__name__
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            label = f"leaf: {names.get(id(variable), 'tensor')}"
+        ax.text(x, y, label, ha="center", va="center", fontsize=9,
+                bbox={"boxstyle": "round", "fc": "#e8f0fe" if variable is None else "#fde8e8"})
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-len(levels) + 0.5, 0.5)
+    ax.axis("off")
+    ax.set_title("backward graph (output at the top, gradients flow down)")
     return ax

@@ -239,6 +239,7 @@ def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout
     without regenerating.
     """
     import nbclient
+    import nbclient.exceptions
     import nbformat
 
     folder = find_notebooks_dir(notebooks)
@@ -255,7 +256,12 @@ def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout
         client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=KERNEL,
                                          record_timing=False,
                                          resources={"metadata": {"path": str(folder)}})
-        client.execute()
+        try:
+            client.execute()
+        except nbclient.exceptions.CellExecutionError as err:
+            # keep the file as it was; say which cell failed without the full ANSI traceback
+            raise CourseError(f"{path.name}: a cell failed, outputs not written.\n"
+                              f"{err.ename}: {err.evalue}") from None
         nb.metadata.pop("papermill", None)
         nb.metadata["torchhw"] = {"source_hash": source_hash(nb)}
         nbformat.write(nb, path)

@@ -1,0 +1,139 @@
+"""Checkpoints that survive a crash and resume a run exactly.
+
+:func:`save` writes to a temporary file in the same folder and renames it over the target,
+so a crash mid-write leaves the previous checkpoint intact: a reader never sees half a file.
+A checkpoint holds everything a run's future depends on: model, optimizer and scheduler
+state, the step, and every random generator's state (torch on CPU and GPUs, NumPy, Python,
+and the data loader's shuffling generator). :func:`load` always uses ``weights_only=True``,
+which unpickles tensors and plain containers only, never arbitrary code.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing or unreadable. Nothing was changed on disk."""
+
+
+def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Every random generator's state, as tensors and plain values (weights_only-safe)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, py_state, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                  "has_gauss": has_gauss, "gauss": gauss},
+        "python": {"version": version, "state": list(py_state), "gauss": py_gauss},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if loader_generator is not None:
+        state["loader"] = loader_generator.get_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], loader_generator: torch.Generator | None = None) -> None:
+    """Restore what :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"],
+                         n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if loader_generator is not None and "loader" in state:
+        loader_generator.set_state(state["loader"])
+
+
+def _check_fits(path: Path, current: dict[str, Any], stored: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another architecture before any weight is overwritten."""
+    missing, unexpected = sorted(set(current) - set(stored)), sorted(set(stored) - set(current))
+    wrong = [k for k in set(current) & set(stored)
+             if getattr(current[k], "shape", None) != getattr(stored[k], "shape", None)]
+    if missing or unexpected or wrong:
+        raise CheckpointError(
+            f"checkpoint {path} was saved from a different model: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}, shape differs for {sorted(wrong)[:3]}. Build the model "
+            f"with the same sizes as the run that saved it. The model was not changed."
+        )
+
+
+def save(path: str | os.PathLike[str], model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None, step: int = 0,
+         rng: dict[str, Any] | None = None, **extra: Any) -> Path:
+    """Write a checkpoint atomically (temporary file, then rename). Returns the path.
+
+    ``rng`` defaults to the generators' state now; pass :func:`rng_state` taken earlier
+    when the checkpoint must describe an earlier moment. ``extra`` values must be tensors
+    or plain Python values, so that loading with weights_only=True can read them.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "step": step,
+        "rng": rng if rng is not None else rng_state(),
+        "extra": extra,
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(path: str | os.PathLike[str], model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
+         map_location: str | torch.device | None = "cpu", restore_rng: bool = True,
+         loader_generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Load a checkpoint into ``model`` (and optimizer, scheduler, generators). Returns it.
+
+    Raises CheckpointError, naming the file and what to do, when it is missing or cannot
+    be read; in that case nothing has been changed, neither the model nor the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"no checkpoint at {path}: nothing to resume from. Train from scratch (resume=False) "
+            f"or point to an existing file."
+        )
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+        needed = {"model", "optimizer", "scheduler", "step", "rng"}
+        if not isinstance(payload, dict) or not needed <= set(payload):
+            raise ValueError(f"it lacks {sorted(needed - set(payload or {}))}")
+    except Exception as err:
+        reason = str(err).split(". ")[0].strip().rstrip(".")
+        raise CheckpointError(
+            f"checkpoint {path} could not be read ({type(err).__name__}: {reason}). It was left as "
+            f"it is; delete it to start over, or resume from an older copy."
+        ) from None
+    if optimizer is not None and payload["optimizer"] is None:
+        raise CheckpointError(f"checkpoint {path} holds no optimizer state, but one was passed")
+    _check_fits(path, model.state_dict(), payload["model"])
+    model.load_state_dict(payload["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    if scheduler is not None and payload["scheduler"] is not None:
+        scheduler.load_state_dict(payload["scheduler"])
+    if restore_rng:
+        set_rng_state(payload["rng"], loader_generator)
+    return payload

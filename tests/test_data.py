@@ -1,0 +1,43 @@
+import torch
+
+from torchhw import data
+
+
+def test_digits_ship_offline_and_split_reproducibly():
+    train, val = data.digits(seed=0)
+    assert len(train) + len(val) == 1797 and len(val) == 359
+    x, y = train[0]
+    assert x.shape == (1, 8, 8) and x.dtype == torch.float32 and 0 <= x.min() and x.max() <= 1
+    assert y.dtype == torch.int64 and set(val.tensors[1].tolist()) == set(range(10))
+    again, _ = data.digits(seed=0)
+    assert torch.equal(train.tensors[0], again.tensors[0])
+    other, _ = data.digits(seed=1)
+    assert not torch.equal(train.tensors[1], other.tensors[1])
+    flat, _ = data.digits(flatten=True)
+    assert flat.tensors[0].shape[1:] == (64,)
+
+
+def test_synthetic_sets_are_seeded():
+    ds, w, b = data.regression(100, 3, noise=0.0, seed=3)
+    X, y = ds.tensors
+    torch.testing.assert_close(y, X @ w + b)
+    a = data.classification(50, seed=1).tensors[0]
+    assert torch.equal(a, data.classification(50, seed=1).tensors[0])
+    images = data.bars(30, size=8, seed=2)
+    assert images.tensors[0].shape == (30, 1, 8, 8) and set(images.tensors[1].tolist()) <= {0, 1, 2}
+
+
+def test_loaders_shuffle_the_same_way_each_run_without_global_rng():
+    train, val = data.digits(seed=0)
+    first, _ = data.loaders(train, val, batch_size=32, seed=5)
+    second, _ = data.loaders(train, val, batch_size=32, seed=5)
+    state = torch.get_rng_state()
+    assert torch.equal(next(iter(first))[1], next(iter(second))[1])
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_split_rejects_bad_fraction():
+    import pytest
+    ds = data.classification(10)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        data.split(ds, 1.5)
