@@ -28,7 +28,8 @@ def nb(request):
 def test_notebooks_are_numbered_in_reading_order():
     assert PATHS, "no notebooks found"
     numbers = [int(p.name[:2]) for p in PATHS]
-    assert numbers == list(range(len(numbers))), numbers
+    # the plan has 00..10; parts of it land at different times, but the order never changes
+    assert numbers[0] == 0 and numbers == sorted(set(numbers)) and numbers[-1] <= 10, numbers
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", p.name) for p in PATHS)
 
 

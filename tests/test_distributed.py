@@ -1,0 +1,117 @@
+"""The launcher and the torchrun route: results, prefixed output, and no process left behind
+after a crash, a time-out or an interrupt. Each test starts real processes (a few s each)."""
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from torchhw import distributed as d
+from torchhw import workers
+
+from conftest import leftovers
+
+
+def alive(pids):
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_launch_returns_results_and_prefixes_output():
+    lines = []
+    results = d.launch(workers.collectives, 2, echo=lines.append)
+    assert [r["all_reduce"] for r in results] == [[3.0], [3.0]]
+    assert [r["broadcast"] for r in results] == [[100.0], [100.0]]
+    assert results[1]["all_gather"] == [1.0, 2.0]
+    assert any(l.startswith("[rank 0] mine=1") for l in lines)
+    assert any(l.startswith("[rank 1] mine=2") for l in lines)
+    assert not leftovers()
+
+
+def test_a_failing_rank_raises_with_its_traceback_and_stops_the_others():
+    start = time.monotonic()
+    with pytest.raises(d.RankFailed) as err:
+        d.launch(workers.fail_on, 2, echo=None, collective_timeout=60)
+    assert "rank 1 of 2 failed" in str(err.value)
+    assert "ValueError: rank 1 was told to fail" in str(err.value)
+    assert time.monotonic() - start < 30  # rank 0 was waiting in a barrier: it was stopped
+    assert not leftovers()
+
+
+def test_a_hanging_job_times_out_and_leaves_nothing():
+    start = time.monotonic()
+    with pytest.raises(d.LaunchTimeout, match="still running after 3 s"):
+        d.launch(workers.sleep_forever, 2, timeout=3, echo=None)
+    assert time.monotonic() - start < 15
+    assert not leftovers()
+
+
+def test_functions_from_the_notebook_are_refused_with_advice():
+    def local(info):
+        return info.rank
+    local.__module__ = "__main__"
+    with pytest.raises(ValueError, match="cannot import it"):
+        d.launch(local, 2)
+
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    from torchhw import distributed, workers
+    if __name__ == "__main__":
+        if sys.argv[1] == "launch":
+            distributed.launch(workers.sleep_forever, 2, timeout=120)
+        else:
+            distributed.torchrun("torchhw.workers", ["sleep"], nproc_per_node=2, timeout=120)
+""")
+
+
+@pytest.mark.parametrize("route", ["launch", "torchrun"])
+def test_an_interrupt_leaves_nothing_running(tmp_path, route):
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    job = subprocess.Popen([sys.executable, str(script), route], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in job.stdout:  # wait until both ranks run
+            if "sleeping" in line:
+                break
+        time.sleep(1.0)
+        descendants = [p.pid for p in psutil.Process(job.pid).children(recursive=True)
+                       if "resource_tracker" not in " ".join(p.cmdline())]
+        assert len(descendants) >= 2
+        job.send_signal(signal.SIGINT)  # what pressing stop in Jupyter does
+        job.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while alive(descendants) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(descendants), f"still running after the interrupt: {alive(descendants)}"
+    finally:
+        if job.poll() is None:
+            job.kill()
+
+
+def test_torchrun_crash_without_restarts_fails_clearly(tmp_path):
+    with pytest.raises(d.RankFailed, match="exited with code") as err:
+        d.torchrun("torchhw.workers", ["train", "--steps", "6", "--crash-at", "3",
+                                       "--crash-marker", str(tmp_path / "m")],
+                   nproc_per_node=2, echo=None, timeout=90)
+    assert "injected fault" in str(err.value) or "[rank" in str(err.value)
+    assert not leftovers()
+
+
+def test_torchrun_timeout_stops_agent_and_workers():
+    with pytest.raises(d.LaunchTimeout):
+        d.torchrun("torchhw.workers", ["sleep"], nproc_per_node=2, timeout=6, echo=None)
+    assert not leftovers()
+
+
+def test_torchrun_command_shapes():
+    single = d.torchrun_command("m", ["a"], nproc_per_node=4)
+    assert "--standalone" in single and single[-3:] == ["-m", "m", "a"]
+    multi = d.torchrun_command("m", nproc_per_node=2, nnodes=2, rdzv_endpoint="127.0.0.1:1234")
+    assert "--nnodes=2" in multi and "--rdzv-backend=c10d" in multi and "--standalone" not in multi
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        d.torchrun_command("m", nnodes=2)
