@@ -348,8 +348,11 @@ def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threa
             try:
                 agent.wait(timeout=max(left, 0.01))
             except subprocess.TimeoutExpired:
+                with lock:
+                    tail = "\n".join(prefixes[i] + line for i, out in enumerate(outputs)
+                                     for line in out[-15:])
                 raise LaunchTimeout(f"torchrun was still running after {timeout:g} s and was "
-                                    f"stopped with its workers.") from None
+                                    f"stopped with its workers. Last lines:\n{tail}") from None
         for t in readers:
             t.join(timeout=5)
         seconds = time.monotonic() - start
@@ -387,3 +390,44 @@ def torchrun(module: str, args: Sequence[str] = (), *, nproc_per_node: int = 2, 
         raise RankFailed(f"torchrun on node {bad[0]} exited with code {results[bad[0]].returncode}; "
                          f"every agent and worker was stopped. Output:\n{tail}")
     return results
+
+
+# --------------------------------------------------------------------------- stress
+
+def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, list[str]]:
+    """Run the 2-rank launch and the 2-node x 2-rank torchrun job ``runs`` times each.
+
+    Returns the failures of each ('launch', 'torchrun'); a run fails when it raises, exits
+    non-zero, prints the shutdown abort seen on this kind of machine ("terminate called
+    without an active exception"), or leaves a process running.
+    """
+    from . import workers
+
+    def descendants() -> set[int]:
+        return {p.pid for p in psutil.Process().children(recursive=True)
+                if "resource_tracker" not in " ".join(p.cmdline())}
+
+    failures: dict[str, list[str]] = {"launch": [], "torchrun": []}
+    for i in range(1, runs + 1):
+        for kind in failures:
+            start = time.monotonic()
+            before = len(failures[kind])
+            try:
+                if kind == "launch":
+                    out: list[str] = []
+                    launch(workers.hello, 2, echo=out.append, timeout=90)
+                    text = "\n".join(out)
+                else:
+                    text = "\n".join(r.output for r in torchrun(
+                        "torchhw.workers", ["hello"], nproc_per_node=2, nnodes=2, echo=None,
+                        timeout=120))
+                if "terminate called" in text:
+                    raise RuntimeError("shutdown abort: " + text[-300:])
+                left = descendants()
+                if left:
+                    raise RuntimeError(f"processes left running: {sorted(left)}")
+            except Exception as err:
+                failures[kind].append(f"run {i}: {type(err).__name__}: {str(err)[:500]}")
+            status = "ok" if len(failures[kind]) == before else "FAILED"
+            echo(f"{kind:<8} run {i:>3}/{runs}: {status} ({time.monotonic() - start:.1f} s)")
+    return failures

@@ -107,15 +107,16 @@ def pytorchjob(job: Job) -> dict[str, Any]:
                f"--max-restarts={job.max_restarts}", "-m", job.module, *job.args]
 
     def replica(count: int) -> dict[str, Any]:
+        # fresh copies for each replica: shared objects would become YAML anchors (&id001)
         return {
             "replicas": count,
             "restartPolicy": "OnFailure",
             "template": {"spec": {"containers": [{
                 "name": "pytorch",  # the operator looks for this container name
                 "image": job.image,
-                "command": command,
+                "command": list(command),
                 "env": [{"name": "OMP_NUM_THREADS", "value": str(job.cpus_per_proc)}],
-                "resources": {"limits": resources, "requests": resources},
+                "resources": {"limits": dict(resources), "requests": dict(resources)},
             }]}},
         }
 

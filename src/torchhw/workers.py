@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,11 @@ def ddp_train(info: RankInfo, config: dict[str, Any]) -> dict[str, Any]:
         print(f"{config['steps']} steps, {per_rank} examples per rank per step, "
               f"final loss {losses[-1]:.6f}")
     return {"state": {k: v.cpu() for k, v in model.state_dict().items()}, "losses": losses}
+
+
+def ddp_compare(info: RankInfo, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`ddp_train` once per config, in one launch (start-up is the slow part)."""
+    return [ddp_train(info, config) for config in configs]
 
 
 def no_sync_accumulation(info: RankInfo, micro_batches: int = 4, per_rank: int = 8) -> dict[str, Any]:
@@ -223,6 +229,25 @@ def _param_digest(model: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
+def init_elastic_group(backend: str) -> int:
+    """init_process_group for a torchrun worker that may be a restart; returns the restart count.
+
+    After a restart the agent's key-value store still holds the previous workers' addresses.
+    Plain ``init_process_group()`` can read a dead worker's address before the new one has
+    replaced it, and fail with "Connection refused" (seen here about one restart in three).
+    A key prefix per restart keeps each generation to itself.
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=not agent_store and rank == 0,
+                          timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, store=dist.PrefixStore(f"restart{restart}", store),
+                            rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    return restart
+
+
 def _elastic_train(args: argparse.Namespace) -> None:
     """DDP training that checkpoints from rank 0 and resumes after a restart (torchrun)."""
     backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]) else "gloo"
@@ -230,9 +255,8 @@ def _elastic_train(args: argparse.Namespace) -> None:
     device = torch.device(f"cuda:{local}") if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend)
+    restart = init_elastic_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     data = make_data(n=1024)
     model = make_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -277,7 +301,7 @@ def _elastic_train(args: argparse.Namespace) -> None:
 
 
 def _hello_torchrun() -> None:
-    dist.init_process_group("gloo")
+    init_elastic_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     node = os.environ.get("GROUP_RANK", "0")
     local = os.environ.get("LOCAL_RANK", "0")

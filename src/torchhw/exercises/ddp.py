@@ -1,0 +1,65 @@
+"""Exercises of notebook 07 (DDP): sharding, loss scaling, and what communication costs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from torch.utils.data import DistributedSampler
+
+from ..checks import Wrong, close, exercise
+
+
+@exercise(1, "which examples a rank gets",
+          hint="DistributedSampler (no shuffle) pads the index list by wrapping around to a "
+               "multiple of world_size, then gives rank r every world_size-th index from r.")
+def check_1(shard: Callable[[int, int, int], list[int]]) -> str:
+    for n, world in [(10, 2), (10, 3), (7, 4), (4, 4)]:
+        for rank in range(world):
+            want = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
+            got = list(shard(n, rank, world))
+            if got != want:
+                raise Wrong(f"shard({n}, rank={rank}, world={world}) = {got}, expected {want}.")
+    return "Every rank gets the same number of examples, so every rank runs the same number of steps."
+
+
+@exercise(2, "matching one process with DDP",
+          hint="DDP averages gradients over ranks. With a mean loss each rank's gradient is "
+               "already an average, and averaging averages of equal shards gives the full "
+               "batch's average. A sum loss is not averaged over examples...")
+def check_2(scale: Callable[[int, str], float]) -> str:
+    for world in (1, 2, 8):
+        close(scale(world, "mean"), 1.0, f"scale({world}, 'mean')")
+        close(scale(world, "sum"), float(world), f"scale({world}, 'sum')")
+    return "That is why the equivalence in section 4 needs a mean loss and equal shards."
+
+
+@exercise(3, "the speed-up DDP can reach",
+          hint="with N ranks the computation takes t / N, but every step also pays the "
+               "all-reduce time c, which does not shrink: speed-up = t / (t / N + c).")
+def check_3(speedup: Callable[[float, float, int], float]) -> str:
+    for t, c, n in [(1.0, 0.0, 4), (1.0, 0.1, 4), (0.02, 0.01, 8), (3.0, 0.5, 1)]:
+        close(speedup(t, c, n), t / (t / n + c), f"speedup(t={t}, c={c}, N={n})")
+    return "Communication that does not shrink with N caps the speed-up: keep per-rank work large."
+
+
+def _shard(n: int, rank: int, world: int) -> list[int]:
+    total = math.ceil(n / world) * world
+    padded = [i % n for i in range(total)]
+    return padded[rank:total:world]
+
+
+CHECKS = {1: check_1, 2: check_2, 3: check_3}
+
+SOLUTIONS: dict[int, Any] = {
+    1: _shard,
+    2: lambda world, reduction: 1.0 if reduction == "mean" else float(world),
+    3: lambda t, c, n: t / (t / n + c),
+}
+
+WRONG: dict[int, list[Any]] = {
+    1: [lambda n, r, w: list(range(n))[r * math.ceil(n / w):(r + 1) * math.ceil(n / w)],
+        lambda n, r, w: list(range(r, n, w))],
+    2: [lambda w, red: 1.0, lambda w, red: float(w)],
+    3: [lambda t, c, n: float(n), lambda t, c, n: t / (t / n)],
+}
