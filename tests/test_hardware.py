@@ -68,6 +68,9 @@ def test_peak_for_other_dtypes():
     half = hardware.peak_flops(zen4, torch.float16)
     assert half.gflops is None and "fp16" in half.basis
     assert hardware.peak_flops(cpu(), torch.bfloat16).gflops is None
+    spr = cpu(vendor="GenuineIntel", family=6, avx512f=True, amx_bf16=True, avx512_fp16=True)
+    assert hardware.peak_flops(spr, torch.bfloat16).gflops == pytest.approx(2 * 1024 * 2.6)
+    assert hardware.peak_flops(spr, torch.float16).gflops == pytest.approx(2 * 128 * 2.6)
 
 
 def test_peak_is_unknown_rather_than_guessed():

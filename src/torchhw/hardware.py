@@ -252,6 +252,14 @@ def _fp32_flops_per_cycle(cpu: CPUInfo) -> tuple[int | None, str]:
     return None, f"no table entry for {cpu.model!r} ({cpu.vendor or cpu.arch})"
 
 
+# half-precision types: (AMX flag, AVX-512 flag, why there is no peak without either)
+_HALF = {
+    torch.bfloat16: ("amx_bf16", "avx512_bf16",
+                     "no bf16 instructions: bf16 is converted to fp32 to compute"),
+    torch.float16: ("amx_fp16", "avx512_fp16", "no fp16 arithmetic instructions on this CPU"),
+}
+
+
 def peak_flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
                cores: int | None = None) -> Peak:
     """Theoretical CPU peak for ``dtype``: cores x FLOP/cycle x clock, or unknown with why.
@@ -273,20 +281,14 @@ def peak_flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
     scale, note = 1.0, ""
     if dtype == torch.float64:
         scale, note = 0.5, ", fp64 at half the fp32 rate"
-    elif dtype == torch.bfloat16:
-        if cpu.isa.get("amx_bf16"):
-            per_cycle, scale, note, why = 1024, 1.0, "", "AMX BF16 tiles: 1024 FLOP/cycle"
-        elif cpu.isa.get("avx512_bf16"):
-            scale, note = 2.0, ", bf16 dot products at twice the fp32 rate (AVX-512 BF16)"
+    elif dtype in _HALF:
+        amx, avx, missing = _HALF[dtype]
+        if cpu.isa.get(amx):
+            per_cycle, why = 1024, f"{ISA_FLAGS[amx]} tiles: 1024 FLOP/cycle"
+        elif cpu.isa.get(avx):
+            scale, note = 2.0, f", {name} at twice the fp32 rate ({ISA_FLAGS[avx]})"
         else:
-            return Peak(name, None, "no bf16 instructions: bf16 is converted to fp32 to compute")
-    elif dtype == torch.float16:
-        if cpu.isa.get("amx_fp16"):
-            per_cycle, scale, note, why = 1024, 1.0, "", "AMX FP16 tiles: 1024 FLOP/cycle"
-        elif cpu.isa.get("avx512_fp16"):
-            scale, note = 2.0, ", fp16 at twice the fp32 rate (AVX-512 FP16)"
-        else:
-            return Peak(name, None, "no fp16 arithmetic instructions on this CPU")
+            return Peak(name, None, missing)
     elif dtype != torch.float32:
         return Peak(name, None, f"no peak model for {name}")
     gflops = cores * per_cycle * scale * cpu.clock_ghz
