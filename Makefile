@@ -1,20 +1,26 @@
 # torchhw: every target creates the virtual environment it needs on first use.
 #   make run        execute the whole course with papermill (quick mode) into runs/<timestamp>/
-#   make test       unit tests + nbval (strict) over every notebook
-#   make lab        open JupyterLab at notebooks/
+#   make test       every test: unit tests, nbval (strict) over every notebook, the browser tests
+#   make lab        open JupyterLab at notebooks/ with the course's settings (no news prompt)
 #   make notebooks  regenerate every notebook's committed outputs on a fresh kernel
 #   make bench      the benchmark command (matmul and memory bandwidth on this machine)
+#   make browser    only the JupyterLab-in-Chromium tests (marker `browser`; part of make test)
+#   make badges     rewrite the notebooks' Colab/Binder badges and setup cells from pyproject.toml
+#   make handouts   static HTML site of the executed course in build/handouts/, works offline
+#   make binder     simulate Binder's build (binder/) in a fresh environment, run notebook 00
+#   make stress     run the 2-rank and 2-node DDP jobs 50 times each and count failures (ARGS="--runs N")
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-# Progress bars off in logs and committed outputs, so nbval compares like with like.
-export TQDM_DISABLE ?= 1
+# Progress bars off in tests and committed outputs, so nbval compares like with like.
+# `make run` shows them only at a terminal, never in CI (see torchhw.runner.progress_wanted).
+test unit browser notebooks binder: export TQDM_DISABLE = 1
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: venv run test unit lab notebooks bench constraints clean
+.PHONY: stress venv run test unit lab notebooks bench constraints clean browser badges handouts binder
 
 venv: $(STAMP)
 
@@ -28,20 +34,37 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 run: $(STAMP)
 	$(BIN)/torchhw run $(ARGS)
 
+# every test: the default suite (unit tests, nbval over every notebook), then the browser tests
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
+	$(MAKE) --no-print-directory browser ARGS=
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests $(ARGS)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks $(ARGS)
+	$(BIN)/torchhw lab $(ARGS)
+
+browser: $(STAMP)
+	$(BIN)/python -m pytest -m browser tests $(ARGS)
+
+badges: $(STAMP)
+	$(BIN)/torchhw badges $(ARGS)
+
+handouts: $(STAMP)
+	$(BIN)/torchhw handouts $(ARGS)
+
+binder: $(STAMP)
+	$(BIN)/torchhw binder $(ARGS)
 
 notebooks: $(STAMP)
 	$(BIN)/torchhw regen $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/torchhw bench $(ARGS)
+
+stress: $(STAMP)
+	$(BIN)/torchhw stress $(ARGS)
 
 constraints: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt.new

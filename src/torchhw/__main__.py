@@ -5,6 +5,10 @@
     torchhw regen [NOTEBOOK ...]                              regenerate committed outputs
     torchhw report [--json]                                   this machine's hardware report
     torchhw bench [--quick]                                   matmul and memory bandwidth here
+    torchhw lab [--configure [--server]]                      JupyterLab at notebooks/, news off
+    torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
+    torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
+    torchhw binder                                            simulate Binder's build here
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ def _run(args: argparse.Namespace) -> int:
     params = {name: parse_value(value) for name, value in args.param}
     _, results = run_course(args.notebooks, params, out_dir=args.out, notebooks=args.dir,
                             quick=not args.full, timeout=args.timeout,
-                            progress=not args.no_progress)
+                            progress=False if args.no_progress else None)
     return 1 if any(r.status != "ok" for r in results) else 0
 
 
@@ -79,6 +83,50 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lab(args: argparse.Namespace) -> int:
+    from .lab import main as lab_main
+
+    return lab_main(args.lab_args, configure_only=args.configure, server=args.server)
+
+
+def _badges(args: argparse.Namespace) -> int:
+    from .badges import main as badges_main
+
+    return badges_main(args.notebooks, folder=args.dir, check=args.check)
+
+
+def _handouts(args: argparse.Namespace) -> int:
+    from .handouts import HandoutError, build
+
+    try:
+        build(args.out, source=args.source, names=args.notebooks)
+    except HandoutError as err:
+        print(f"torchhw handouts: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _binder(args: argparse.Namespace) -> int:
+    from .binder import main as binder_main
+
+    return binder_main()
+
+
+def _stress(args: argparse.Namespace) -> int:
+    import time
+
+    from .distributed import stress
+
+    start = time.monotonic()
+    failures = stress(args.runs)
+    for kind, failed in failures.items():
+        print(f"{kind}: {args.runs} runs, {len(failed)} failed")
+        for line in failed:
+            print("  " + line)
+    print(f"{time.monotonic() - start:.0f} s in all")
+    return 1 if any(failures.values()) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchhw", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,7 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--full", action="store_true", help="quick = False: full sizes, slower")
     run.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     run.add_argument("--timeout", type=int, default=600, help="seconds a cell may take")
-    run.add_argument("--no-progress", action="store_true", help="no per-cell progress bar")
+    run.add_argument("--no-progress", action="store_true",
+                     help="no progress bars (default: bars only at a terminal, never in CI "
+                          "or with TQDM_DISABLE=1)")
     run.set_defaults(func=_run)
 
     lst = sub.add_parser("list", help="the notebooks and their parameters")
@@ -112,10 +162,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--threads", type=int, default=0, help="0: torch's default")
     b.set_defaults(func=_bench)
 
-    for p in (run, lst, regen):
+    lab = sub.add_parser("lab", help="open JupyterLab at notebooks/ with the course's settings")
+    lab.add_argument("--configure", action="store_true",
+                     help="only write the settings into this environment, start nothing")
+    lab.add_argument("--server", action="store_true",
+                     help="with --configure: every server of this environment opens at "
+                          "notebooks/ (Binder)")
+    lab.set_defaults(lab_args=[])  # any other option goes on to `jupyter lab`
+    lab.set_defaults(func=_lab)
+
+    badges = sub.add_parser("badges", help="rewrite badges and setup cells from pyproject.toml")
+    badges.add_argument("notebooks", nargs="*")
+    badges.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a notebook disagrees")
+    badges.set_defaults(func=_badges)
+
+    handouts = sub.add_parser("handouts", help="a static HTML site of the executed course")
+    handouts.add_argument("notebooks", nargs="*")
+    handouts.add_argument("--from", dest="source", type=Path,
+                          help="folder of executed notebooks (default: notebooks/)")
+    handouts.add_argument("--out", type=Path, default=Path("build/handouts"))
+    handouts.set_defaults(func=_handouts)
+
+    binder = sub.add_parser("binder", help="simulate Binder's build in a fresh environment")
+    binder.set_defaults(func=_binder)
+
+    st = sub.add_parser("stress", help="run the 2-rank and 2-node DDP jobs many times; count failures")
+    st.add_argument("--runs", type=int, default=50)
+    st.set_defaults(func=_stress)
+
+    for p in (run, lst, regen, badges):
         p.add_argument("--dir", type=Path, help="the notebooks folder (default: notebooks/)")
 
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "lab":
+        args.lab_args = unknown
     from .runner import CourseError
     from .device import DeviceUnavailable
 

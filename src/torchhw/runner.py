@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -25,6 +26,20 @@ from typing import Any, Sequence
 from . import record as rec
 
 KERNEL = "python3"
+
+
+def progress_wanted() -> bool:
+    """Progress bars by default only for a person at a terminal.
+
+    Off when TQDM_DISABLE is set (the Makefile sets it for tests and regenerated outputs), in
+    CI (CI=true) and when stderr is not a terminal, so that logs and committed outputs never
+    hold bars that differ from run to run.
+    """
+    if os.environ.get("TQDM_DISABLE", "").lower() not in ("", "0", "false"):
+        return False
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        return False
+    return sys.stderr.isatty()
 
 
 class CourseError(ValueError):
@@ -134,9 +149,17 @@ def _run_one(path: Path, out: Path, parameters: dict[str, Any], records: Path,
 
 def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = None,
                out_dir: Path | None = None, notebooks: Path | None = None,
-               quick: bool = True, timeout: int = 600, progress: bool = True,
+               quick: bool = True, timeout: int = 600, progress: bool | None = None,
                echo: Any = print) -> tuple[Path, list[NotebookResult]]:
-    """Run the chosen notebooks in order; return the run folder and each result."""
+    """Run the chosen notebooks in order; return the run folder and each result.
+
+    ``progress``: a per-cell bar for each notebook; None decides by :func:`progress_wanted`.
+    When off, the kernels get TQDM_DISABLE=1 too, so long cells show no bars either.
+    """
+    if progress is None:
+        progress = progress_wanted()
+    if not progress:
+        os.environ["TQDM_DISABLE"] = "1"
     folder = find_notebooks_dir(notebooks)
     paths = select(discover(folder), names)
     if not paths:

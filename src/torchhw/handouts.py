@@ -1,0 +1,137 @@
+"""HTML handouts: a static site of the executed course that works with no network.
+
+    torchhw handouts                        # build/handouts/ from the committed notebooks
+    torchhw handouts --from runs/<stamp>    # from the executed notebooks of a run
+    torchhw handouts 04 --out /tmp/site     # some notebooks only, elsewhere
+
+The site has ``index.html`` (the contents: each notebook and its sections) and one page per
+notebook with its outputs: plots are embedded in the page, and widgets render from the state
+saved in the notebook. nbconvert's pages load the widget renderer and require.js from CDNs,
+so offline the widgets show nothing; here both are served from the site's ``_static/``. They
+come from the npm registry once (exact versions below, checked by npm against the registry's
+integrity hash) and are cached in ``build/vendor/``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+# npm package -> (exact version, file inside the package). html-manager 1.x renders the
+# widget state of ipywidgets 8 (model version 2.0.0).
+VENDOR = {
+    "@jupyter-widgets/html-manager": ("1.0.15", "dist/embed-amd.js"),
+    "requirejs": ("2.3.8", "require.js"),
+}
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_LINK = re.compile(r'href="((?:\.\./notebooks/)?(\d\d_[a-z0-9_]+))\.ipynb(#[^"]*)?"')
+HEADING = re.compile(r'<h([12]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
+
+
+class HandoutError(RuntimeError):
+    """The site could not be built: what is missing and how to get it."""
+
+
+def vendor_files(cache: Path | None = None) -> dict[str, Path]:
+    """The renderer and require.js on local disk, fetched with ``npm pack`` on first use."""
+    cache = cache or ROOT / "build" / "vendor"
+    found = {}
+    for package, (version, member) in VENDOR.items():
+        target = cache / f"{package.replace('/', '__')}-{version}" / Path(member).name
+        if not target.exists():
+            npm = shutil.which("npm")
+            if not npm:
+                raise HandoutError(
+                    f"{package}@{version} is needed once for offline widgets and npm is not "
+                    f"installed: install Node.js and npm (Debian: apt-get install npm), or put "
+                    f"{Path(member).name} from that package at {target}")
+            with tempfile.TemporaryDirectory() as tmp:
+                done = subprocess.run([npm, "pack", f"{package}@{version}", "--silent",
+                                       "--pack-destination", tmp], capture_output=True, text=True)
+                tarballs = list(Path(tmp).glob("*.tgz"))
+                if done.returncode != 0 or not tarballs:
+                    raise HandoutError(f"`npm pack {package}@{version}` failed (is the npm "
+                                       f"registry reachable?):\n{done.stderr[-1500:]}")
+                with tarfile.open(tarballs[0]) as tar:
+                    data = tar.extractfile(f"package/{member}")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data.read())
+        found[package] = target
+    return found
+
+
+def title_of(nb) -> str:
+    first = nb.cells[0].source.splitlines()[0] if nb.cells else ""
+    return first.lstrip("# ").strip() or "untitled"
+
+
+def convert(path: Path, out: Path, renderer: str, require: str) -> tuple[str, list[tuple[str, str]]]:
+    """Write ``out`` (HTML) for the notebook at ``path``; return its title and its sections."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(path, as_version=4)
+    exporter = HTMLExporter(template_name="lab", widget_renderer_url=renderer,
+                            require_js_url=require)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+    # links between notebooks point at their pages
+    body = NOTEBOOK_LINK.sub(lambda m: f'href="{m.group(2)}.html{m.group(3) or ""}"', body)
+    out.write_text(body, encoding="utf-8")
+    sections = [(anchor, re.sub(r"<[^>]+>", "", text).strip())
+                for level, anchor, text in HEADING.findall(body) if level == "2"]
+    return title_of(nb), sections
+
+
+def index_page(entries: list[tuple[str, str, list[tuple[str, str]]]]) -> str:
+    items = []
+    for page, title, sections in entries:
+        subs = "".join(f'<li><a href="{page}#{html.escape(anchor, quote=True)}">'
+                       f"{html.escape(text)}</a></li>" for anchor, text in sections)
+        items.append(f'<li><a href="{page}">{html.escape(title)}</a><ul>{subs}</ul></li>')
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>torchhw: PyTorch on real hardware</title>
+<style>body{{font-family:sans-serif;max-width:48em;margin:2em auto;line-height:1.5}}
+ul ul{{font-size:90%}}</style></head>
+<body><h1>torchhw: PyTorch on real hardware</h1>
+<p>The course's notebooks with the outputs of one run. Plots are embedded and widgets show the
+state they were saved in; nothing here needs a network.</p>
+<h2>Contents</h2><ol>{''.join(items)}</ol></body></html>
+"""
+
+
+def build(out: Path, source: Path | None = None, names: Sequence[str] = (),
+          echo=print) -> Path:
+    """Build the site in ``out`` (replaced) from the notebooks in ``source``; return its index."""
+    from .runner import discover, find_notebooks_dir, select
+
+    start = time.perf_counter()
+    source = find_notebooks_dir(source)
+    paths = select(discover(source), names)
+    if not paths:
+        raise HandoutError(f"{source} holds no notebooks named NN_topic.ipynb")
+    vendor = vendor_files()
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "_static").mkdir(parents=True)
+    for file in vendor.values():
+        shutil.copy2(file, out / "_static" / file.name)
+    renderer = "_static/" + vendor["@jupyter-widgets/html-manager"].name
+    require = "_static/" + vendor["requirejs"].name
+    entries = []
+    for path in paths:
+        page = f"{path.stem}.html"
+        title, sections = convert(path, out / page, renderer, require)
+        entries.append((page, title, sections))
+        echo(f"{page}: {title}", flush=True)
+    index = out / "index.html"
+    index.write_text(index_page(entries), encoding="utf-8")
+    echo(f"handouts: {index} ({len(paths)} notebooks, {time.perf_counter() - start:.1f} s)")
+    return index
