@@ -43,7 +43,7 @@ def test_table_shows_ratios_and_marks_noise():
     table = bench.table([base, other], baseline=base)
     text = str(table)
     assert "2.00x" in text and "1.00x" in text and "GFLOP/s" in text
-    assert "noisy" in text and "*" in text
+    assert "noisy" in text and "*" in text and "above 1: faster" in text
     assert table._repr_markdown_().startswith("| operation |")
     assert repr(table) == text
 

@@ -159,7 +159,7 @@ class Table:
         show_bytes = any(r.gbps is not None for r in self.results)
         head = ["operation", "median", "IQR"]
         head += ["GFLOP/s"] * show_flops + ["GB/s"] * show_bytes
-        head += ["vs baseline"] * (self.baseline is not None)
+        head += ["speed-up"] * (self.baseline is not None)
         rows = [head]
         for r in self.results:
             row = [r.name(), fmt_time(r.median), f"{100 * r.iqr / r.median:.0f}%" + " *" * r.noisy]
@@ -173,9 +173,13 @@ class Table:
         return rows
 
     def _footer(self) -> str:
+        notes = []
+        if self.baseline is not None:
+            notes.append(f"speed-up: the time of {self.baseline.name()!r} divided by the row's "
+                         f"time (above 1: faster).")
         if any(r.noisy for r in self.results):
-            return f"* noisy: IQR above {NOISY:.0%} of the median; rerun before trusting it."
-        return ""
+            notes.append(f"* noisy: IQR above {NOISY:.0%} of the median; rerun before trusting it.")
+        return "\n".join(notes)
 
     def __str__(self) -> str:
         rows = self.rows()

@@ -17,7 +17,7 @@ def check_1(global_rank: Callable[[int, int, int], int]) -> str:
         if got != want:
             raise Wrong(f"global_rank(node_rank={node}, local_rank={local}, "
                         f"nproc_per_node={per_node}) = {got}, expected {want}.")
-    return "With c10d rendezvous node ranks follow arrival order, so do not rely on a host being node 0."
+    return "With c10d the rendezvous assigns node ranks, so do not rely on a host being node 0."
 
 
 @exercise(2, "work lost to a crash",

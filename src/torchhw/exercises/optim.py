@@ -47,7 +47,8 @@ def check_2(schedule: Callable[[int, int, int, float], float]) -> str:
 
 @exercise(3, "clipping by the total norm",
           hint="compute one norm over all gradients together: sqrt(sum of every element "
-               "squared). If it exceeds max_norm, scale every gradient by max_norm / norm.")
+               "squared). If it exceeds max_norm, scale every gradient by "
+               "max_norm / (norm + 1e-6); otherwise return them unchanged.")
 def check_3(clip: Callable[[list[torch.Tensor], float], list[torch.Tensor]]) -> str:
     g = torch.Generator().manual_seed(5)
     for max_norm in (1.0, 100.0):
