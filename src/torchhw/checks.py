@@ -77,6 +77,12 @@ def close(got: Any, want: float, what: str, rel: float = 1e-3) -> None:
         raise Wrong(f"{what}: got {value:g}, expected {want:g}.")
 
 
+def equal(got: Any, want: Any, what: str, extra: str = "") -> None:
+    """Raise Wrong unless ``got == want``; ``what`` names the call, e.g. 'f(2, 3)'."""
+    if got != want:
+        raise Wrong(f"{what} = {got}, expected {want}{extra}.")
+
+
 def same_tensor(got: Any, want: torch.Tensor, what: str, atol: float = 1e-5,
                 rtol: float = 1e-4) -> None:
     """Raise Wrong unless ``got`` is a tensor of ``want``'s shape and values."""

@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
+from .distributed import stop_processes
+
 # The project's JupyterLab settings, by plugin. The news prompt covers the page on first start
 # and asks to reach the internet; a reader who wants news can still switch it on.
 LAB_SETTINGS: dict[str, dict[str, Any]] = {
@@ -157,12 +159,8 @@ class LabServer:
         except OSError:
             pass  # already gone, or not answering: the kill below handles it
         _, alive = psutil.wait_procs(family, timeout=timeout)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(alive, timeout=5)
+        stop_processes(alive, grace=5)  # what did not shut down: SIGTERM, then SIGKILL
+        _, alive = psutil.wait_procs(alive, timeout=0.1)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # anything that changed its parent
         except (ProcessLookupError, PermissionError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..checks import Wrong, exercise
+from ..checks import Wrong, equal, exercise
 
 
 @exercise(1, "global ranks",
@@ -12,11 +12,8 @@ from ..checks import Wrong, exercise
                "0..nproc_per_node-1 locally; global ranks count node by node.")
 def check_1(global_rank: Callable[[int, int, int], int]) -> str:
     for node, local, per_node in [(0, 0, 4), (0, 3, 4), (1, 0, 4), (2, 1, 8), (3, 0, 1)]:
-        want = node * per_node + local
-        got = global_rank(node, local, per_node)
-        if got != want:
-            raise Wrong(f"global_rank(node_rank={node}, local_rank={local}, "
-                        f"nproc_per_node={per_node}) = {got}, expected {want}.")
+        equal(global_rank(node, local, per_node), node * per_node + local,
+              f"global_rank(node_rank={node}, local_rank={local}, nproc_per_node={per_node})")
     return "With c10d the rendezvous assigns node ranks, so do not rely on a host being node 0."
 
 
@@ -25,10 +22,8 @@ def check_1(global_rank: Callable[[int, int, int], int]) -> str:
                "multiple of `every` at or before the crash; everything after it is redone.")
 def check_2(steps_redone: Callable[[int, int], int]) -> str:
     for crash, every in [(25, 10), (20, 10), (7, 10), (99, 1), (31, 8)]:
-        want = crash - (crash // every) * every
-        got = steps_redone(crash, every)
-        if got != want:
-            raise Wrong(f"steps_redone(crash_step={crash}, every={every}) = {got}, expected {want}.")
+        equal(steps_redone(crash, every), crash - (crash // every) * every,
+              f"steps_redone(crash_step={crash}, every={every})")
     return "Checkpoint often enough that a crash costs little, rarely enough that saving costs little."
 
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from torch.utils.data import DistributedSampler
 
-from ..checks import Wrong, close, exercise
+from ..checks import close, equal, exercise
 
 
 @exercise(1, "which examples a rank gets",
@@ -16,10 +16,9 @@ from ..checks import Wrong, close, exercise
 def check_1(shard: Callable[[int, int, int], list[int]]) -> str:
     for n, world in [(10, 2), (10, 3), (7, 4), (4, 4)]:
         for rank in range(world):
-            want = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
-            got = list(shard(n, rank, world))
-            if got != want:
-                raise Wrong(f"shard({n}, rank={rank}, world={world}) = {got}, expected {want}.")
+            equal(list(shard(n, rank, world)),
+                  list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False)),
+                  f"shard({n}, rank={rank}, world={world})")
     return "Every rank gets the same number of examples, so every rank runs the same number of steps."
 
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..checks import Wrong, exercise
+from ..checks import Wrong, equal, exercise
 
 
 @exercise(1, "parameters of a Linear layer",
@@ -15,10 +15,9 @@ from ..checks import Wrong, exercise
                "bias=True, one bias per output.")
 def check_1(linear_params: Callable[..., int]) -> str:
     for fan_in, fan_out, bias in [(64, 128, True), (3, 1, False), (512, 10, True)]:
-        want = sum(p.numel() for p in nn.Linear(fan_in, fan_out, bias=bias).parameters())
-        got = linear_params(fan_in, fan_out, bias)
-        if got != want:
-            raise Wrong(f"linear_params({fan_in}, {fan_out}, bias={bias}) = {got}, expected {want}.")
+        equal(linear_params(fan_in, fan_out, bias),
+              sum(p.numel() for p in nn.Linear(fan_in, fan_out, bias=bias).parameters()),
+              f"linear_params({fan_in}, {fan_out}, bias={bias})")
     return "Almost all of an MLP's parameters sit in these matrices."
 
 
@@ -27,11 +26,9 @@ def check_1(linear_params: Callable[..., int]) -> str:
                "times after its first position, rounded down, plus that first position.")
 def check_2(conv_out: Callable[..., int]) -> str:
     for size, k, p, s in [(8, 3, 1, 1), (28, 5, 0, 1), (32, 3, 1, 2), (7, 3, 0, 2), (224, 7, 3, 2)]:
-        want = nn.Conv2d(1, 1, k, stride=s, padding=p)(torch.zeros(1, 1, size, size)).shape[-1]
-        got = conv_out(size, k, p, s)
-        if got != want:
-            raise Wrong(f"conv_out({size}, kernel={k}, padding={p}, stride={s}) = {got}, "
-                        f"expected {want}.")
+        equal(conv_out(size, k, p, s),
+              nn.Conv2d(1, 1, k, stride=s, padding=p)(torch.zeros(1, 1, size, size)).shape[-1],
+              f"conv_out({size}, kernel={k}, padding={p}, stride={s})")
     return "The same formula gives the size after pooling (padding 0, stride = kernel)."
 
 

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..checks import Wrong, exercise, same_tensor
+from ..checks import Wrong, equal, exercise, same_tensor
 
 
 @exercise(1, "the broadcasting rule",
@@ -15,10 +15,8 @@ from ..checks import Wrong, exercise, same_tensor
 def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
     for a, b in [((3, 1, 5), (4, 5)), ((1,), (7, 2)), ((2, 3), (2, 3)), ((), (4,)),
                  ((8, 1, 6, 1), (7, 1, 5))]:
-        got = tuple(broadcast_shape(a, b))
-        want = tuple(torch.broadcast_shapes(a, b))
-        if got != want:
-            raise Wrong(f"broadcast_shape({a}, {b}) = {got}, expected {want}.")
+        equal(tuple(broadcast_shape(a, b)), tuple(torch.broadcast_shapes(a, b)),
+              f"broadcast_shape({a}, {b})")
     for a, b in [((3,), (4,)), ((2, 3), (3, 2))]:
         try:
             got = broadcast_shape(a, b)
@@ -45,11 +43,8 @@ def check_2(sq_dists: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> s
                "jumps over everything to its right (the product of the later sizes).")
 def check_3(contiguous_strides: Callable[[tuple], tuple]) -> str:
     for shape in [(2, 3, 4), (5,), (3, 1, 2), (6, 7)]:
-        got = tuple(contiguous_strides(shape))
-        want = torch.empty(shape).stride()
-        if got != want:
-            extra = " (reversed?)" if got == want[::-1] else ""
-            raise Wrong(f"contiguous_strides({shape}) = {got}, expected {want}{extra}.")
+        got, want = tuple(contiguous_strides(shape)), torch.empty(shape).stride()
+        equal(got, want, f"contiguous_strides({shape})", " (reversed?)" if got == want[::-1] else "")
     return "Transposing swaps strides without moving data: that is why .T is free."
 
 
