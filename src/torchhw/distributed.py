@@ -60,10 +60,6 @@ class RankInfo:
     backend: str
     device: str
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
