@@ -16,7 +16,9 @@ def notebooks_dir() -> Path:
 
 
 def notebook_paths() -> list[Path]:
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    from torchhw.course.paths import discover
+
+    return discover(NOTEBOOKS)
 
 
 LEFTOVER_MARKS = ("torch.distributed.run", "torchhw.workers", "multiprocessing.spawn",

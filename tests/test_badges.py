@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from torchhw import badges
+from torchhw.course import badges
 
 from conftest import NOTEBOOKS, ROOT, notebook_paths
 

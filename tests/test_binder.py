@@ -11,7 +11,7 @@ import re
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from torchhw.binder import runtime_python
+from torchhw.course.binder import runtime_python
 
 from conftest import ROOT
 
@@ -75,7 +75,7 @@ def test_postbuild_is_executable_installs_the_package_and_configures_lab():
 def test_configure_writes_the_lab_settings(tmp_path):
     import json
 
-    from torchhw.lab import configure
+    from torchhw.course.lab import configure
 
     files = configure(tmp_path, server=True)
     overrides = json.loads(files[0].read_text())

@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from torchhw.lab import LabServer
+from torchhw.course.lab import LabServer
 
 from chromium import browser_page, screenshot
 from conftest import NOTEBOOKS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from torchhw.handouts import build
+from torchhw.course.handouts import build
 
 from chromium import browser_page, screenshot
 

@@ -38,7 +38,7 @@ def test_report_lists_gpus_or_says_why_not():
 
 
 def test_neither_import_nor_report_initialises_cuda():
-    code = ("import torch, torchhw, torchhw.hardware as h, torchhw.bench, torchhw.runner\n"
+    code = ("import torch, torchhw, torchhw.hardware as h, torchhw.bench, torchhw.course.runner\n"
             "h.report()\nprint(torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"

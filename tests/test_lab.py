@@ -8,7 +8,7 @@ import urllib.request
 
 import psutil
 
-from torchhw.lab import LAB_SETTINGS, LabServer, lab_argv
+from torchhw.course.lab import LAB_SETTINGS, LabServer, lab_argv
 
 
 def test_lab_opens_at_notebooks_under_the_repository(tmp_path):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from torchhw.runner import progress_wanted
+from torchhw.course.runner import progress_wanted
 
 
 class Tty:

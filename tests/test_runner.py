@@ -9,8 +9,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from torchhw import runner
-from torchhw.__main__ import main
+from torchhw.course import runner
+from torchhw.course.cli import main
 
 
 def write(folder, name, *sources, params="quick = True\nseed = 0"):

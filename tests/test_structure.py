@@ -9,7 +9,7 @@ import papermill
 import pytest
 
 from torchhw.exercises import MODULES
-from torchhw.runner import source_hash
+from torchhw.course.runner import source_hash
 
 from conftest import notebook_paths
 

@@ -113,9 +113,9 @@ def sync(paths: Sequence[Path], repo: str, write: bool = True) -> list[str]:
 
 def main(names: Sequence[str] = (), folder: Path | None = None, check: bool = False) -> int:
     """``torchhw badges``: rewrite (or with ``check`` only list) notebooks that disagree."""
-    from .runner import discover, find_notebooks_dir, select
+    from .paths import discover, notebooks_dir, select
 
-    folder = find_notebooks_dir(folder)
+    folder = notebooks_dir(folder)
     pyproject = folder.parent / "pyproject.toml"
     repo = repository(pyproject)
     differing = sync(select(discover(folder), names), repo, write=not check)

@@ -23,7 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import record as rec
+from .. import record as rec
+from .paths import CourseError, discover, notebooks_dir, select
 
 KERNEL = "python3"
 
@@ -40,43 +41,6 @@ def progress_wanted() -> bool:
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         return False
     return sys.stderr.isatty()
-
-
-class CourseError(ValueError):
-    """A request the runner cannot act on: an unknown notebook or parameter."""
-
-
-def find_notebooks_dir(start: Path | None = None) -> Path:
-    """The course's notebooks/ folder: beside the source checkout, else under the cwd."""
-    here = Path(__file__).resolve().parents[2] / "notebooks"
-    for candidate in ([start] if start else []) + [here, Path.cwd() / "notebooks"]:
-        if candidate and candidate.is_dir():
-            return candidate
-    raise CourseError("no notebooks/ folder found: run from the course checkout, or pass "
-                      "--notebooks DIR")
-
-
-def discover(folder: Path) -> list[Path]:
-    """The course notebooks in reading order: files named NN_topic.ipynb."""
-    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
-
-
-def select(paths: Sequence[Path], names: Sequence[str]) -> list[Path]:
-    """Pick notebooks by number ('00'), topic ('tensors') or full name; keep course order."""
-    if not names:
-        return list(paths)
-    chosen: set[Path] = set()
-    for name in names:
-        key = name.removesuffix(".ipynb")
-        hits = [p for p in paths if key in (p.stem, p.stem[:2], p.stem[3:])]
-        if not hits:
-            known = ", ".join(p.stem for p in paths)
-            close = difflib.get_close_matches(key, [p.stem for p in paths] +
-                                              [p.stem[3:] for p in paths], n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise CourseError(f"no notebook matches {name!r}.{hint} The course has: {known}.")
-        chosen.update(hits)
-    return [p for p in paths if p in chosen]
 
 
 def parse_value(text: str) -> Any:
@@ -160,7 +124,7 @@ def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = No
         progress = progress_wanted()
     if not progress:
         os.environ["TQDM_DISABLE"] = "1"
-    folder = find_notebooks_dir(notebooks)
+    folder = notebooks_dir(notebooks)
     paths = select(discover(folder), names)
     if not paths:
         raise CourseError(f"{folder} holds no notebooks named NN_topic.ipynb")
@@ -209,7 +173,7 @@ def summary_table(results: Sequence[NotebookResult]) -> str:
 
 
 def _hardware_summary() -> dict[str, Any]:
-    from . import hardware
+    from .. import hardware
 
     report = hardware.report()
     peak = hardware.peak_flops(report.cpu)
@@ -265,7 +229,7 @@ def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout
     import nbclient.exceptions
     import nbformat
 
-    folder = find_notebooks_dir(notebooks)
+    folder = notebooks_dir(notebooks)
     paths = select(discover(folder), names)
     os.environ.pop(rec.ENV_VAR, None)
     os.environ["TQDM_DISABLE"] = "1"

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .paths import CourseError, find_root
 
 
 class BinderError(RuntimeError):
@@ -37,9 +37,10 @@ def runtime_python(binder: Path) -> str:
     return found.group(1)
 
 
-def _step(name: str, argv: list[str], env: dict[str, str], echo, timeout: float = 900) -> None:
+def _step(name: str, argv: list[str], env: dict[str, str], echo, root: Path,
+          timeout: float = 900) -> None:
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode != 0:
         raise BinderError(f"{name} failed (exit {done.returncode}): {' '.join(argv)}\n"
@@ -47,12 +48,12 @@ def _step(name: str, argv: list[str], env: dict[str, str], echo, timeout: float 
     echo(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
 
 
-def check_lab(python: str, echo) -> None:
+def check_lab(python: str, echo, root: Path) -> None:
     """Start the environment's Lab at the repository's root as Binder does; check its settings."""
     from .lab import LabServer
 
     with tempfile.TemporaryDirectory() as scratch:
-        with LabServer(ROOT, Path(scratch), python=python, preferred_dir=False) as lab:
+        with LabServer(root, Path(scratch), python=python, preferred_dir=False) as lab:
             page = urllib.request.urlopen(lab.url("lab")).read().decode()
             config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>',
                                           page, re.S).group(1))
@@ -70,11 +71,12 @@ def check_lab(python: str, echo) -> None:
 
 
 def simulate(workdir: Path | None = None, notebook: str = "00_hardware_tour.ipynb",
-             echo=print) -> float:
+             echo=print, root: Path | None = None) -> float:
     """Run the simulation in ``workdir`` (default build/binder-sim); return its seconds."""
     start = time.perf_counter()
-    binder = ROOT / "binder"
-    workdir = workdir or ROOT / "build" / "binder-sim"
+    root = find_root(root)
+    binder = root / "binder"
+    workdir = workdir or root / "build" / "binder-sim"
     version = runtime_python(binder)
     python = shutil.which(f"python{version}")
     if not python:
@@ -89,17 +91,17 @@ def simulate(workdir: Path | None = None, notebook: str = "00_hardware_tour.ipyn
                # the PyTorch index is unreachable here: fail over at once instead of retrying
                PIP_RETRIES="0", PIP_DISABLE_PIP_VERSION_CHECK="1", TQDM_DISABLE="1")
     echo(f"Binder simulation in {workdir} (Python {version})", flush=True)
-    _step("fresh virtual environment", [python, "-m", "venv", str(venv)], env, echo)
+    _step("fresh virtual environment", [python, "-m", "venv", str(venv)], env, echo, root)
     _step("pip install -r binder/requirements.txt",
           [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "-r",
-           str(binder / "requirements.txt")], env, echo)
-    _step("binder/postBuild", [str(binder / "postBuild")], env, echo)
+           str(binder / "requirements.txt")], env, echo, root)
+    _step("binder/postBuild", [str(binder / "postBuild")], env, echo, root)
     out = workdir / notebook
     _step(f"papermill {notebook}",
-          [str(bin_dir / "papermill"), str(ROOT / "notebooks" / notebook), str(out),
-           "-k", "python3", "--cwd", str(ROOT / "notebooks"), "--execution-timeout", "600",
-           "--no-progress-bar"], env, echo)
-    check_lab(str(bin_dir / "python"), echo)
+          [str(bin_dir / "papermill"), str(root / "notebooks" / notebook), str(out),
+           "-k", "python3", "--cwd", str(root / "notebooks"), "--execution-timeout", "600",
+           "--no-progress-bar"], env, echo, root)
+    check_lab(str(bin_dir / "python"), echo, root)
     seconds = time.perf_counter() - start
     echo(f"Binder simulation passed in {seconds:.1f} s", flush=True)
     return seconds
@@ -108,7 +110,7 @@ def simulate(workdir: Path | None = None, notebook: str = "00_hardware_tour.ipyn
 def main() -> int:
     try:
         simulate()
-    except (BinderError, subprocess.TimeoutExpired) as err:
+    except (BinderError, CourseError, subprocess.TimeoutExpired) as err:
         print(f"torchhw binder: error: {err}", file=sys.stderr)
         return 1
     return 0

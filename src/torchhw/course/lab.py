@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from .distributed import stop_processes
+from ..distributed import free_port, stop_processes
 
 # The project's JupyterLab settings, by plugin. The news prompt covers the page on first start
 # and asks to reach the internet; a reader who wants news can still switch it on.
@@ -78,12 +77,6 @@ def lab_argv(root: Path, *extra: str, python: str = sys.executable,
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-root")  # Lab refuses to start as root otherwise (containers, CI)
     return argv + list(extra)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LabServer:

@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .paths import find_root
+
 # npm package -> (exact version, file inside the package). html-manager 1.x renders the
 # widget state of ipywidgets 8 (model version 2.0.0).
 VENDOR = {
     "@jupyter-widgets/html-manager": ("1.0.15", "dist/embed-amd.js"),
     "requirejs": ("2.3.8", "require.js"),
 }
-ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_LINK = re.compile(r'href="((?:\.\./notebooks/)?(\d\d_[a-z0-9_]+))\.ipynb(#[^"]*)?"')
 HEADING = re.compile(r'<h([12]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
 
@@ -41,7 +42,7 @@ class HandoutError(RuntimeError):
 
 def vendor_files(cache: Path | None = None) -> dict[str, Path]:
     """The renderer and require.js on local disk, fetched with ``npm pack`` on first use."""
-    cache = cache or ROOT / "build" / "vendor"
+    cache = cache or find_root() / "build" / "vendor"
     found = {}
     for package, (version, member) in VENDOR.items():
         target = cache / f"{package.replace('/', '__')}-{version}" / Path(member).name
@@ -110,10 +111,10 @@ state they were saved in; nothing here needs a network.</p>
 def build(out: Path, source: Path | None = None, names: Sequence[str] = (),
           echo=print) -> Path:
     """Build the site in ``out`` (replaced) from the notebooks in ``source``; return its index."""
-    from .runner import discover, find_notebooks_dir, select
+    from .paths import discover, notebooks_dir, select
 
     start = time.perf_counter()
-    source = find_notebooks_dir(source)
+    source = notebooks_dir(source)
     paths = select(discover(source), names)
     if not paths:
         raise HandoutError(f"{source} holds no notebooks named NN_topic.ipynb")

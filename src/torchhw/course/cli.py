@@ -1,0 +1,214 @@
+"""The ``torchhw`` command (also ``python -m torchhw``): the course tooling.
+
+    torchhw run [NOTEBOOK ...] [-p NAME VALUE ...] [--full]   execute the course, write a report
+    torchhw list                                              notebooks and their parameters
+    torchhw regen [NOTEBOOK ...]                              regenerate committed outputs
+    torchhw report [--json]                                   this machine's hardware report
+    torchhw bench [--quick]                                   matmul and memory bandwidth here
+    torchhw lab [--configure [--server]]                      JupyterLab at notebooks/, news off
+    torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
+    torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
+    torchhw binder                                            simulate Binder's build here
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runner import parse_value, run_course
+
+    params = {name: parse_value(value) for name, value in args.param}
+    _, results = run_course(args.notebooks, params, out_dir=args.out, notebooks=args.dir,
+                            quick=not args.full, timeout=args.timeout,
+                            progress=False if args.no_progress else None)
+    return 1 if any(r.status != "ok" for r in results) else 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .paths import discover, notebooks_dir
+    from .runner import declared_parameters
+
+    for path in discover(notebooks_dir(args.dir)):
+        params = ", ".join(f"{k}={v}" for k, v in declared_parameters(path).items())
+        print(f"{path.stem:<24} {params}")
+    return 0
+
+
+def _regen(args: argparse.Namespace) -> int:
+    from .runner import regenerate
+
+    regenerate(args.notebooks, notebooks=args.dir, timeout=args.timeout)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .. import hardware
+
+    report = hardware.report()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print(report)
+        print(hardware.peak_flops(report.cpu))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from .. import bench, hardware
+    from ..device import pick_device
+
+    device = pick_device(args.device)
+    threads = args.threads or torch.get_num_threads()
+    sizes = [256, 512, 1024] if args.quick else [256, 512, 1024, 2048, 4096]
+    results = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        fast, ratio = bench.has_fast_kernel(dtype, device, threads=threads)
+        if not fast:
+            print(f"{dtype}: {ratio:.1%} of the fp32 rate at n=128, no fast kernel here; "
+                  f"skipped the larger sizes")
+            continue
+        results += [bench.matmul(n, dtype, device, threads) for n in sizes]
+    print(bench.table(results))
+    if device.type == "cpu":
+        print(hardware.peak_flops(cores=threads))
+    mib = 64 if args.quick else 512
+    print(bench.table(bench.bandwidth(mib * 2**20, device, threads)))
+    return 0
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from .lab import main as lab_main
+
+    return lab_main(args.lab_args, configure_only=args.configure, server=args.server)
+
+
+def _badges(args: argparse.Namespace) -> int:
+    from .badges import main as badges_main
+
+    return badges_main(args.notebooks, folder=args.dir, check=args.check)
+
+
+def _handouts(args: argparse.Namespace) -> int:
+    from .handouts import HandoutError, build
+
+    try:
+        build(args.out, source=args.source, names=args.notebooks)
+    except HandoutError as err:
+        print(f"torchhw handouts: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _binder(args: argparse.Namespace) -> int:
+    from .binder import main as binder_main
+
+    return binder_main()
+
+
+def _stress(args: argparse.Namespace) -> int:
+    import time
+
+    from ..distributed import stress
+
+    start = time.monotonic()
+    failures = stress(args.runs)
+    for kind, failed in failures.items():
+        print(f"{kind}: {args.runs} runs, {len(failed)} failed")
+        for line in failed:
+            print("  " + line)
+    print(f"{time.monotonic() - start:.0f} s in all")
+    return 1 if any(failures.values()) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchhw", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="execute the course with papermill and write a report")
+    run.add_argument("notebooks", nargs="*", help="numbers or topics, e.g. 00 tensors (default: all)")
+    run.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                     metavar=("NAME", "VALUE"), help="a notebook parameter, as papermill's -p")
+    run.add_argument("--full", action="store_true", help="quick = False: full sizes, slower")
+    run.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
+    run.add_argument("--timeout", type=int, default=600, help="seconds a cell may take")
+    run.add_argument("--no-progress", action="store_true",
+                     help="no progress bars (default: bars only at a terminal, never in CI "
+                          "or with TQDM_DISABLE=1)")
+    run.set_defaults(func=_run)
+
+    lst = sub.add_parser("list", help="the notebooks and their parameters")
+    lst.set_defaults(func=_list)
+
+    regen = sub.add_parser("regen", help="regenerate committed outputs on a fresh kernel")
+    regen.add_argument("notebooks", nargs="*")
+    regen.add_argument("--timeout", type=int, default=600)
+    regen.set_defaults(func=_regen)
+
+    rep = sub.add_parser("report", help="this machine's hardware report")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=_report)
+
+    b = sub.add_parser("bench", help="matmul GFLOP/s and memory bandwidth on this machine")
+    b.add_argument("--quick", action="store_true", help="smaller sizes, seconds")
+    b.add_argument("--device", default="auto")
+    b.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    b.set_defaults(func=_bench)
+
+    lab = sub.add_parser("lab", help="open JupyterLab at notebooks/ with the course's settings")
+    lab.add_argument("--configure", action="store_true",
+                     help="only write the settings into this environment, start nothing")
+    lab.add_argument("--server", action="store_true",
+                     help="with --configure: every server of this environment opens at "
+                          "notebooks/ (Binder)")
+    lab.set_defaults(lab_args=[])  # any other option goes on to `jupyter lab`
+    lab.set_defaults(func=_lab)
+
+    badges = sub.add_parser("badges", help="rewrite badges and setup cells from pyproject.toml")
+    badges.add_argument("notebooks", nargs="*")
+    badges.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a notebook disagrees")
+    badges.set_defaults(func=_badges)
+
+    handouts = sub.add_parser("handouts", help="a static HTML site of the executed course")
+    handouts.add_argument("notebooks", nargs="*")
+    handouts.add_argument("--from", dest="source", type=Path,
+                          help="folder of executed notebooks (default: notebooks/)")
+    handouts.add_argument("--out", type=Path, default=Path("build/handouts"))
+    handouts.set_defaults(func=_handouts)
+
+    binder = sub.add_parser("binder", help="simulate Binder's build in a fresh environment")
+    binder.set_defaults(func=_binder)
+
+    st = sub.add_parser("stress", help="run the 2-rank and 2-node DDP jobs many times; count failures")
+    st.add_argument("--runs", type=int, default=50)
+    st.set_defaults(func=_stress)
+
+    for p in (run, lst, regen, badges):
+        p.add_argument("--dir", type=Path, help="the notebooks folder (default: notebooks/)")
+
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "lab":
+        args.lab_args = unknown
+    from ..device import DeviceUnavailable
+    from .paths import CourseError
+
+    try:
+        return args.func(args)
+    except (CourseError, DeviceUnavailable) as err:
+        print(f"torchhw: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
