@@ -5,6 +5,7 @@
 #   make notebooks  regenerate every notebook's committed outputs on a fresh kernel
 #   make bench      the benchmark command (matmul and memory bandwidth on this machine)
 #   make browser    only the JupyterLab-in-Chromium tests (marker `browser`; part of make test)
+#   make portability  nbval over every notebook under emulated machines (ISA, threads); CI runs it
 #   make badges     rewrite the notebooks' Colab/Binder badges and setup cells from pyproject.toml
 #   make handouts   static HTML site of the executed course in build/handouts/, works offline
 #   make binder     simulate Binder's build (binder/) in a fresh environment, run notebook 00
@@ -17,10 +18,10 @@ STAMP  := $(VENV)/.installed
 
 # Progress bars off in tests and committed outputs, so nbval compares like with like.
 # `make run` shows them only at a terminal, never in CI (see torchhw.runner.progress_wanted).
-test unit browser notebooks binder: export TQDM_DISABLE = 1
+test unit browser notebooks binder portability: export TQDM_DISABLE = 1
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: stress venv run test unit lab notebooks bench constraints clean browser badges handouts binder
+.PHONY: portability stress venv run test unit lab notebooks bench constraints clean browser badges handouts binder
 
 venv: $(STAMP)
 
@@ -34,10 +35,14 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 run: $(STAMP)
 	$(BIN)/torchhw run $(ARGS)
 
-# every test: the default suite (unit tests, nbval over every notebook), then the browser tests
+# every test: the default suite (unit tests, nbval over every notebook, two at a time), then
+# the browser tests. `make portability` (CI runs it too) repeats nbval under other machines.
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 	$(MAKE) --no-print-directory browser ARGS=
+
+portability: $(STAMP)
+	$(BIN)/torchhw portability $(ARGS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests $(ARGS)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
+# notebook kernels inherit this: a FutureWarning, or a DeprecationWarning from a notebook's own
+# code, is an error in the tests (torchhw.notebook.strict_warnings)
+os.environ["TORCHHW_STRICT_WARNINGS"] = "1"
+# another folder of notebooks can be checked against the same rules (tests/test_verification.py)
+NOTEBOOKS = Path(os.environ.get("TORCHHW_NOTEBOOKS", ROOT / "notebooks"))
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from torchhw.course.handouts import build
 
 from chromium import browser_page, screenshot
 
 
+@pytest.mark.browser
 def test_handouts_show_plots_and_widgets_offline(tmp_path):
     index = build(tmp_path / "site", names=["00", "04"], echo=lambda *a, **k: None)
     site = index.parent

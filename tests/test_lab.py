@@ -8,7 +8,7 @@ import urllib.request
 
 import psutil
 
-from torchhw.course.lab import LAB_SETTINGS, LabServer, lab_argv
+from torchhw.course.lab import LabServer, lab_argv
 
 
 def test_lab_opens_at_notebooks_under_the_repository(tmp_path):
@@ -16,7 +16,6 @@ def test_lab_opens_at_notebooks_under_the_repository(tmp_path):
     assert argv[:3] == [sys.executable, "-m", "jupyterlab"]
     assert f"--ServerApp.root_dir={tmp_path}" in argv
     assert "--FileContentsManager.preferred_dir=notebooks" in argv and argv[-1] == "--port=9999"
-    assert "@jupyterlab/apputils-extension:notification" in LAB_SETTINGS
 
 
 def test_private_server_has_the_settings_and_leaves_no_process(tmp_path):

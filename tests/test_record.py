@@ -8,6 +8,7 @@ from torchhw import record as rec
 
 
 def test_record_keeps_values_in_memory_without_the_env_var(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(rec.ENV_VAR, raising=False)
     rec.record("speed", torch.tensor(2.5), unit="x")
     assert rec.recorded()["speed"] == {"value": 2.5, "unit": "x", "note": ""}

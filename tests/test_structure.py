@@ -9,7 +9,7 @@ import papermill
 import pytest
 
 from torchhw.exercises import MODULES
-from torchhw.course.runner import source_hash
+from torchhw.course.regen import VERIFIED, source_hash, verified_line
 
 from conftest import notebook_paths
 
@@ -115,3 +115,43 @@ def test_machine_dependent_cells_are_marked_for_nbval(nb):
 
 def test_notebook_stays_small(nb):
     assert nb.path.stat().st_size < 1_000_000
+
+
+def test_outputs_say_which_torch_machine_and_date_made_them(nb):
+    label = nb.metadata.get("torchhw", {}).get("verified")
+    assert label, "no 'verified' record: run `make notebooks`"
+    assert nb.cells[0].source.rstrip().endswith(verified_line(label)), \
+        "the opening cell must end with the 'Outputs verified with ...' line of the last regeneration"
+    assert len(VERIFIED.findall(nb.cells[0].source)) == 1
+
+
+def test_no_deprecation_or_future_warning_in_any_output(nb):
+    for c in nb.cells:
+        if c.cell_type == "code":
+            text = nbformat.writes(nbformat.v4.new_notebook(cells=[c]))
+            assert "DeprecationWarning" not in text and "FutureWarning" not in text, \
+                f"a cell warns of an API on its way out: use its replacement\n{c.source[:80]}"
+
+
+LINK = re.compile(r"\]\((?:\.\./notebooks/|notebooks/|\./)?(\d\d_[a-z0-9_]+\.ipynb)(?:#[^)]*)?\)")
+
+
+def test_links_between_notebooks_point_at_notebooks_that_exist_in_course_order(nb):
+    names = [p.name for p in PATHS]
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            for target in LINK.findall(c.source):
+                assert target in names, f"{nb.path.name} links to {target}, which does not exist"
+    following = names[names.index(nb.path.name) + 1:]
+    nexts = LINK.findall(nb.cells[-1].source.split("**Next:**", 1)[1])
+    if following:
+        assert nexts and nexts[0] == following[0], \
+            f"**Next:** must point at {following[0]}, the next notebook in the course"
+
+
+def test_readme_links_only_to_notebooks_that_exist():
+    from conftest import ROOT
+
+    names = {p.name for p in PATHS}
+    for target in LINK.findall((ROOT / "README.md").read_text()):
+        assert target in names, f"README links to {target}, which does not exist"

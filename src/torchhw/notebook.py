@@ -9,7 +9,9 @@ chose, so the top of every executed notebook says what it ran on.
 
 from __future__ import annotations
 
+import os
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -25,10 +27,25 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def strict_warnings() -> bool:
+    """Under ``TORCHHW_STRICT_WARNINGS=1`` (tests, ``make notebooks``) turn warnings into errors.
+
+    A FutureWarning from anywhere, and a DeprecationWarning raised by the notebook's own code or
+    by torchhw, means a cell teaches an API that is on its way out: better to fail the tests
+    than to teach it. A reader's own runs are left alone.
+    """
+    if os.environ.get("TORCHHW_STRICT_WARNINGS") != "1":
+        return False
+    warnings.filterwarnings("error", category=FutureWarning)
+    warnings.filterwarnings("error", category=DeprecationWarning, module=r"(__main__|torchhw)(\.|$)")
+    return True
+
+
 def setup(seed: int = 0, device: str = "auto", threads: int | None = None,
           verbose: bool = True) -> torch.device:
     """Seed, style plots, set threads (None keeps torch's default) and pick the device."""
     chosen = pick_device(device)
+    strict_warnings()
     seed_everything(seed)
     plots.use_defaults()
     if threads:

@@ -41,7 +41,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _regen(args: argparse.Namespace) -> int:
-    from .runner import regenerate
+    from .regen import regenerate
 
     regenerate(args.notebooks, notebooks=args.dir, timeout=args.timeout)
     return 0

@@ -13,10 +13,11 @@ notebook records with :func:`torchhw.record.record` end up in the report.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -27,6 +28,35 @@ from .. import record as rec
 from .paths import CourseError, discover, notebooks_dir, select
 
 KERNEL = "python3"
+
+
+def kernel_manager_class() -> type:
+    """Kernels that talk over local IPC sockets in a private folder instead of TCP.
+
+    Nothing on the network can reach them, and ipykernel no longer prints its "running over
+    TCP without encryption" warning once per notebook. The folder is removed by
+    :func:`remove_kernel_sockets` when the run ends.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", str(_socket_dir() / "kernel"))
+            super().__init__(**kwargs)
+
+    return IPCKernelManager
+
+
+def _socket_dir() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"torchhw-kernels-{os.getpid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def remove_kernel_sockets() -> None:
+    shutil.rmtree(Path(tempfile.gettempdir()) / f"torchhw-kernels-{os.getpid()}",
+                  ignore_errors=True)
 
 
 def progress_wanted() -> bool:
@@ -62,12 +92,6 @@ def declared_parameters(path: Path) -> dict[str, Any]:
     return {name: info["default"] for name, info in papermill.inspect_notebook(str(path)).items()}
 
 
-def source_hash(nb: Any) -> str:
-    """A hash of every code cell's source: changes whenever code changes."""
-    text = "\n\x00".join(c.source for c in nb.cells if c.cell_type == "code")
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 @dataclass
 class NotebookResult:
     name: str
@@ -94,7 +118,7 @@ def _run_one(path: Path, out: Path, parameters: dict[str, Any], records: Path,
         papermill.execute_notebook(
             str(path), str(out), parameters=parameters, kernel_name=KERNEL,
             progress_bar=progress, cwd=str(path.parent), execution_timeout=timeout,
-            start_timeout=120,
+            start_timeout=120, kernel_manager_class=kernel_manager_class(),
         )
     except PapermillExecutionError as err:
         result.status = "failed"
@@ -153,6 +177,7 @@ def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = No
              (f": {r.error.splitlines()[0] if r.error else ''}{where}" if r.error else ""),
              flush=True)
         results.append(r)
+    remove_kernel_sockets()
     write_report(out_dir, results)
     echo("\n" + summary_table(results))
     echo(f"\nreport: {out_dir / 'report.md'}")
@@ -215,42 +240,3 @@ def write_report(out_dir: Path, results: Sequence[NotebookResult]) -> None:
                     value = json.dumps(value)[:80]
                 md.append(f"| {r.name} | {name} | {value} | {m['unit']} |")
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
-
-
-def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout: int = 600,
-               echo: Any = print) -> list[Path]:
-    """Re-execute notebooks in place on a fresh kernel with their default parameters.
-
-    These are the outputs that are committed and that nbval compares against; the hash of
-    the code that produced them is stored so a test can tell when a cell was edited
-    without regenerating.
-    """
-    import nbclient
-    import nbclient.exceptions
-    import nbformat
-
-    folder = notebooks_dir(notebooks)
-    paths = select(discover(folder), names)
-    os.environ.pop(rec.ENV_VAR, None)
-    os.environ["TQDM_DISABLE"] = "1"
-    for path in paths:
-        start = time.perf_counter()
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
-                cell.metadata.pop("execution", None)
-        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=KERNEL,
-                                         record_timing=False,
-                                         resources={"metadata": {"path": str(folder)}})
-        try:
-            client.execute()
-        except nbclient.exceptions.CellExecutionError as err:
-            # keep the file as it was; say which cell failed without the full ANSI traceback
-            raise CourseError(f"{path.name}: a cell failed, outputs not written.\n"
-                              f"{err.ename}: {err.evalue}") from None
-        nb.metadata.pop("papermill", None)
-        nb.metadata["torchhw"] = {"source_hash": source_hash(nb)}
-        nbformat.write(nb, path)
-        echo(f"{path.name}: regenerated in {time.perf_counter() - start:.1f} s", flush=True)
-    return paths
