@@ -9,6 +9,7 @@
     torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
     torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
     torchhw binder                                            simulate Binder's build here
+    torchhw portability [--profile NAME] [NOTEBOOK ...]       nbval as other machines run it
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ def _binder(args: argparse.Namespace) -> int:
     return binder_main()
 
 
+def _portability(args: argparse.Namespace) -> int:
+    from .profiles import main as profiles_main
+
+    return profiles_main(args.notebooks, args.profile, folder=args.dir)
+
+
 def _stress(args: argparse.Namespace) -> int:
     import time
 
@@ -188,11 +195,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     binder = sub.add_parser("binder", help="simulate Binder's build in a fresh environment")
     binder.set_defaults(func=_binder)
 
+    port = sub.add_parser("portability", help="strict nbval under emulated machines (ISA, threads)")
+    port.add_argument("notebooks", nargs="*")
+    port.add_argument("--profile", action="append", default=[],
+                      help="one profile (repeatable; default: all)")
+    port.set_defaults(func=_portability)
+
     st = sub.add_parser("stress", help="run the 2-rank and 2-node DDP jobs many times; count failures")
     st.add_argument("--runs", type=int, default=50)
     st.set_defaults(func=_stress)
 
-    for p in (run, lst, regen, badges):
+    for p in (run, lst, regen, badges, port):
         p.add_argument("--dir", type=Path, help="the notebooks folder (default: notebooks/)")
 
     args, unknown = parser.parse_known_args(argv)

@@ -1,0 +1,88 @@
+"""Portability: strict nbval over every notebook as other machines would run it.
+
+    torchhw portability                 # every profile, every notebook
+    torchhw portability --profile 1-thread 00 04
+
+The committed outputs come from one machine. Tests elsewhere must still pass, so each profile
+re-runs nbval with the environment that makes this machine behave like another: torch's plain
+C++ kernels or its AVX2 ones instead of AVX-512 (``ATEN_CPU_CAPABILITY``), MKL capped at AVX2,
+one thread or more threads than cores. A cell whose output depends on any of these must be
+tagged ``nbval-ignore-output`` and check its claim instead; a profile that fails names it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .paths import discover, notebooks_dir, select
+
+PROFILES: dict[str, dict[str, str]] = {
+    "default-kernels": {"ATEN_CPU_CAPABILITY": "default"},
+    "avx2-kernels": {"ATEN_CPU_CAPABILITY": "avx2"},
+    "1-thread": {"OMP_NUM_THREADS": "1"},
+    "3-threads": {"OMP_NUM_THREADS": "3"},
+    "mkl-avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+}
+
+
+def applicable(name: str) -> tuple[bool, str]:
+    """Whether a profile emulates anything here, and why not when it does not."""
+    if name == "mkl-avx2":
+        flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+        if "avx512f" not in flags:
+            return False, "this CPU has no AVX-512, so capping MKL at AVX2 changes nothing"
+    return True, ""
+
+
+@dataclass
+class ProfileResult:
+    name: str
+    status: str  # "passed", "failed" or "skipped"
+    seconds: float
+    detail: str
+
+
+def run_profile(name: str, paths: Sequence[Path], workers: int = 2,
+                timeout: int = 1200) -> ProfileResult:
+    """nbval over ``paths`` in a child pytest with the profile's environment."""
+    ok, why = applicable(name)
+    if not ok:
+        return ProfileResult(name, "skipped", 0.0, why)
+    env = {**os.environ, **PROFILES[name], "TQDM_DISABLE": "1"}
+    start = time.perf_counter()
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0",
+            "-n", str(workers), "--dist", "loadfile", *map(str, paths)]
+    done = subprocess.run(argv, cwd=paths[0].parent.parent, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    seconds = time.perf_counter() - start
+    tail = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
+    status = "passed" if done.returncode == 0 else "failed"
+    return ProfileResult(name, status, seconds, "\n".join(tail + [summary]))
+
+
+def main(names: Sequence[str] = (), profiles: Sequence[str] = (), folder: Path | None = None,
+         echo=print) -> int:
+    """Run the chosen profiles (default: all) over the chosen notebooks; 1 if any failed."""
+    paths = select(discover(notebooks_dir(folder)), names)
+    unknown = set(profiles) - set(PROFILES)
+    if unknown:
+        echo(f"torchhw portability: unknown profile {sorted(unknown)}; known: {', '.join(PROFILES)}")
+        return 2
+    results = []
+    for name in profiles or PROFILES:
+        env = " ".join(f"{k}={v}" for k, v in PROFILES[name].items())
+        echo(f"profile {name} ({env}) over {len(paths)} notebooks ...", flush=True)
+        result = run_profile(name, paths)
+        echo(f"  {result.status} in {result.seconds:.0f} s: {result.detail}", flush=True)
+        results.append(result)
+    echo("\nprofile           status   seconds")
+    for r in results:
+        echo(f"{r.name:<17} {r.status:<8} {r.seconds:7.0f}")
+    return 1 if any(r.status == "failed" for r in results) else 0
