@@ -6,7 +6,8 @@ from torchhw import bench
 
 def test_measure_reports_median_iqr_and_rates():
     a = torch.randn(64, 64)
-    r = bench.measure(torch.mm, a, a, label="mm", flops=2 * 64**3, bytes=3 * 64 * 64 * 4,
+    r = bench.measure(torch.mm, a, a, label="mm", device="cpu", flops=2 * 64**3,
+                      nbytes=3 * 64 * 64 * 4,
                       threads=1, min_run_time=0.02)
     assert r.median > 0 and r.iqr >= 0 and r.runs >= 1
     assert r.threads == 1 and r.device == "cpu"
@@ -17,7 +18,8 @@ def test_measure_reports_median_iqr_and_rates():
 
 
 def test_threads_default_to_torchs_count_not_one():
-    r = bench.measure(torch.add, torch.ones(8), torch.ones(8), label="add", min_run_time=0.01)
+    r = bench.measure(torch.add, torch.ones(8), torch.ones(8), label="add", device="cpu",
+                      min_run_time=0.01)
     assert r.threads == torch.get_num_threads()
 
 
@@ -31,9 +33,9 @@ def test_noise_flag():
 def test_compare_checks_results_before_timing():
     v = torch.arange(10.0)
     with pytest.raises(AssertionError, match="does not compute the same result"):
-        bench.compare({"sum": torch.sum, "mean": torch.mean}, v, label="reduce")
+        bench.compare({"sum": torch.sum, "mean": torch.mean}, v, label="reduce", device="cpu")
     slow, fast = bench.compare({"sum": torch.sum, "sum again": lambda x: x.sum()}, v,
-                               label="reduce", min_run_time=0.01)
+                               label="reduce", device="cpu", min_run_time=0.01)
     assert bench.speedup(slow, fast) == pytest.approx(slow.median / fast.median)
 
 
@@ -56,15 +58,24 @@ def test_fmt_time_units():
 
 
 def test_matmul_and_fast_kernel_probe():
-    r = bench.matmul(32, torch.float32, threads=1, min_run_time=0.01)
+    r = bench.matmul(32, torch.float32, "cpu", threads=1, min_run_time=0.01)
     assert r.flops == 2 * 32**3 and r.description == "float32"
-    assert bench.has_fast_kernel(torch.float32) == (True, 1.0)  # the reference, never skipped
-    fast, ratio = bench.has_fast_kernel(torch.float64, n=32, threads=1)
+    assert bench.has_fast_kernel(torch.float32, "cpu") == (True, 1.0)  # the reference, never skipped
+    fast, ratio = bench.has_fast_kernel(torch.float64, "cpu", n=32, threads=1)
     assert fast and 0.05 < ratio < 5
 
 
 def test_bandwidth_ops():
-    results = bench.bandwidth(2**20, threads=1, min_run_time=0.01)
+    results = bench.bandwidth(2**20, "cpu", threads=1, min_run_time=0.01)
     assert [r.description for r in results] == ["copy", "add", "sum"]
     assert all(r.gbps > 0 for r in results)
-    assert results[0].bytes == 2 * 2**20
+    assert results[0].nbytes == 2 * 2**20
+
+
+def test_the_device_is_passed_never_guessed():
+    a = torch.ones(4)
+    with pytest.raises(TypeError, match="device"):
+        bench.measure(torch.neg, a, label="neg")  # no device: refused, not guessed
+    # tensors on another device than the one named (meta stands in for a GPU here)
+    with pytest.raises(ValueError, match="tensors are on"):
+        bench.measure(torch.neg, torch.ones(4, device="meta"), label="neg", device="cpu")

@@ -12,7 +12,7 @@ statistics; this module adds what a course needs on top:
 - :func:`compare` checks that the candidates compute the same thing *before* timing
   them, then reports ratios against the first.
 
-    r = measure(torch.mm, a, b, label="matmul", flops=2 * n**3)
+    r = measure(torch.mm, a, b, label="matmul", device=a.device, flops=2 * n**3)
     print(r)            # matmul  12.6 ms ± 1.3 ms  170.4 GFLOP/s
 """
 
@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils.benchmark as tbench
+from torch.utils.benchmark.utils.common import select_unit
 
 from .device import synchronize
 
@@ -31,12 +32,16 @@ NOISY = 0.10  # IQR above 10% of the median: say so next to the number
 
 
 def fmt_time(seconds: float) -> str:
-    """Seconds in the unit a reader expects: '12.6 ms', '850 us', '1.42 s'."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if seconds >= scale or unit == "ns":
-            value = seconds / scale
-            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    raise AssertionError("unreachable")
+    """Seconds in the unit a reader expects: '12.6 ms', '850 us', '1.42 s'.
+
+    The unit is torch.utils.benchmark's own choice (``select_unit``), so our tables and its
+    ``Measurement`` printouts agree.
+    """
+    if not seconds > 0:  # an IQR of zero; select_unit needs a logarithm
+        return f"{seconds:.3g} s"
+    unit, scale = select_unit(seconds)
+    value = seconds / scale
+    return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
 
 
 @dataclass
@@ -52,11 +57,14 @@ class Result:
     threads: int
     device: str
     flops: float | None = None
-    bytes: float | None = None
+    nbytes: float | None = None  # bytes moved by one call
     measurement: Any = field(default=None, repr=False, compare=False)
 
     @property
     def noisy(self) -> bool:
+        """IQR above NOISY of the median: torch's ``Measurement.meets_confidence`` when timed."""
+        if self.measurement is not None:
+            return not self.measurement.meets_confidence(NOISY)
         return self.iqr > NOISY * self.median
 
     @property
@@ -65,14 +73,14 @@ class Result:
 
     @property
     def gbps(self) -> float | None:
-        return None if self.bytes is None else self.bytes / self.median / 1e9
+        return None if self.nbytes is None else self.nbytes / self.median / 1e9
 
     @property
     def intensity(self) -> float | None:
         """Arithmetic intensity, FLOP per byte moved: the x axis of a roofline."""
-        if self.flops is None or not self.bytes:
+        if self.flops is None or not self.nbytes:
             return None
-        return self.flops / self.bytes
+        return self.flops / self.nbytes
 
     def name(self) -> str:
         return " ".join(p for p in (self.label, self.sub_label, self.description) if p)
@@ -96,26 +104,30 @@ def _timer_for(device: torch.device) -> Callable[[], float]:
 
 
 def measure(fn: Callable[..., Any], *args: Any, label: str, sub_label: str = "",
-            description: str = "", flops: float | None = None, bytes: float | None = None,
-            threads: int | None = None, device: torch.device | str | None = None,
+            device: torch.device | str, description: str = "", flops: float | None = None,
+            nbytes: float | None = None, threads: int | None = None,
             min_run_time: float = 0.2) -> Result:
     """Time ``fn(*args)`` with blocked_autorange and return a :class:`Result`.
 
     ``threads`` defaults to torch's current intra-op thread count (Timer's own default is
-    1). ``device`` is inferred from the first tensor argument when not given; the timer
-    synchronises it. ``flops``/``bytes`` are the work of one call, for GFLOP/s and GB/s.
+    1). ``device`` is the one ``fn`` runs on, always passed rather than guessed: the timer
+    synchronises it, and a guess from the arguments (or none at all) would leave a GPU
+    running while the clock stops, which times kernel launches instead of the work.
+    ``flops``/``nbytes`` are the work of one call, for GFLOP/s and GB/s.
     """
     threads = threads or torch.get_num_threads()
-    if device is None:
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
     device = torch.device(device)
+    on = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if on and device not in on and device.type not in {d.type for d in on}:
+        raise ValueError(f"measure() was told device={device} but its tensors are on "
+                         f"{sorted(map(str, on))}: pass the device the work runs on")
     timer = tbench.Timer(
         stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=threads,
         timer=_timer_for(device), label=label, sub_label=sub_label, description=description,
     )
     m = timer.blocked_autorange(min_run_time=min_run_time)
     return Result(label, sub_label, description, m.median, m.iqr, len(m.times), threads,
-                  str(device), flops, bytes, m)
+                  str(device), flops, nbytes, m)
 
 
 def compare(candidates: dict[str, Callable[..., Any]], *args: Any, label: str,
@@ -204,8 +216,8 @@ def table(results: Sequence[Result], baseline: Result | None = None) -> Table:
     return Table(results, baseline)
 
 
-def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-           threads: int | None = None, min_run_time: float = 0.2, seed: int = 0) -> Result:
+def matmul(n: int, dtype: torch.dtype, device: torch.device | str, threads: int | None = None,
+           min_run_time: float = 0.2, seed: int = 0) -> Result:
     """Time one n x n by n x n matrix product: 2n^3 FLOP, 3n^2 elements moved at least."""
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
@@ -213,11 +225,11 @@ def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | st
     size = torch.tensor([], dtype=dtype).element_size()
     return measure(torch.mm, a, b, label="matmul", sub_label=f"n={n}",
                    description=str(dtype).replace("torch.", ""), flops=2 * n**3,
-                   bytes=3 * n * n * size, threads=threads, device=device,
+                   nbytes=3 * n * n * size, threads=threads, device=device,
                    min_run_time=min_run_time)
 
 
-def has_fast_kernel(dtype: torch.dtype, device: torch.device | str = "cpu", n: int = 128,
+def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int = 128,
                     threads: int | None = None, slower_than: float = 0.1) -> tuple[bool, float]:
     """Whether matmul in ``dtype`` runs within ``slower_than`` of fp32 on ``device``.
 
@@ -233,7 +245,26 @@ def has_fast_kernel(dtype: torch.dtype, device: torch.device | str = "cpu", n: i
     return ratio >= slower_than, ratio
 
 
-def bandwidth(nbytes: int, device: torch.device | str = "cpu", threads: int | None = None,
+def dtype_sweep(sizes: Sequence[int], dtypes: Sequence[torch.dtype], device: torch.device | str,
+                threads: int | None = None) -> tuple[list[Result], dict[str, str]]:
+    """Matmul GFLOP/s over ``sizes`` for each dtype, skipping a dtype with no fast kernel.
+
+    Returns the results and, per skipped dtype, why: a slow path can take a minute per large
+    product, so :func:`has_fast_kernel` is asked first.
+    """
+    results, skipped = [], {}
+    for dtype in dtypes:
+        fast, ratio = has_fast_kernel(dtype, device, threads=threads)
+        name = str(dtype).replace("torch.", "")
+        if not fast:
+            skipped[name] = (f"{ratio:.1%} of the fp32 rate at n=128: no fast kernel on "
+                             f"{device}, larger sizes skipped")
+            continue
+        results += [matmul(n, dtype, device, threads) for n in sizes]
+    return results, skipped
+
+
+def bandwidth(nbytes: int, device: torch.device | str, threads: int | None = None,
               min_run_time: float = 0.2) -> list[Result]:
     """Memory bandwidth from three streaming ops on fp32 buffers of ``nbytes`` each.
 
@@ -247,8 +278,8 @@ def bandwidth(nbytes: int, device: torch.device | str = "cpu", threads: int | No
     kw = dict(label="memory", sub_label=f"{nbytes / 2**20:.0f} MiB", threads=threads,
               device=device, min_run_time=min_run_time)
     return [
-        measure(out.copy_, x, description="copy", bytes=2 * 4 * n, **kw),
+        measure(out.copy_, x, description="copy", nbytes=2 * 4 * n, **kw),
         measure(lambda a, b: torch.add(a, b, out=out), x, y, description="add", flops=n,
-                bytes=3 * 4 * n, **kw),
-        measure(torch.sum, x, description="sum", flops=n, bytes=4 * n, **kw),
+                nbytes=3 * 4 * n, **kw),
+        measure(torch.sum, x, description="sum", flops=n, nbytes=4 * n, **kw),
     ]

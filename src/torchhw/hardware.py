@@ -179,7 +179,12 @@ def _sysctl(name: str) -> str:
 
 
 def cpu_info() -> CPUInfo:
-    """Describe the CPU from /proc/cpuinfo (Linux) or sysctl (macOS); unknowns stay None."""
+    """Describe the CPU; unknowns stay None.
+
+    Core counts, clock and memory come from psutil. The model name, vendor, family and ISA
+    flags (AVX2, AVX-512, AMX...) are not in psutil, nor in the standard library: they are read
+    from /proc/cpuinfo (Linux) or sysctl (macOS).
+    """
     arch = platform.machine()
     model, vendor, flags = platform.processor() or arch, "", set()
     family = model_number = None
@@ -196,10 +201,7 @@ def cpu_info() -> CPUInfo:
         flags = set((info.get("flags") or info.get("Features") or "").split())
         family = int(info["cpu family"]) if info.get("cpu family", "").isdigit() else None
         model_number = int(info["model"]) if info.get("model", "").isdigit() else None
-        max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip()
-        if max_khz.isdigit():
-            clock, clock_source = int(max_khz) / 1e6, "maximum, from cpufreq"
-        elif info.get("cpu MHz"):
+        if info.get("cpu MHz"):
             clock = float(info["cpu MHz"]) / 1e3
             clock_source = "as reported by /proc/cpuinfo; boost clocks may be higher"
     elif sys.platform == "darwin":
@@ -211,9 +213,12 @@ def cpu_info() -> CPUInfo:
             features = (_sysctl("machdep.cpu.features") + " " +
                         _sysctl("machdep.cpu.leaf7_features")).lower()
             flags = {f.replace(".", "_") for f in features.split()}
-        hz = _sysctl("hw.cpufrequency_max")
-        if hz.isdigit():
-            clock, clock_source = int(hz) / 1e9, "maximum, from sysctl"
+    try:  # psutil reads cpufreq (Linux) and sysctl (macOS); VMs often expose neither
+        freq = psutil.cpu_freq()
+    except (OSError, NotImplementedError, RuntimeError):
+        freq = None
+    if freq and freq.max:
+        clock, clock_source = freq.max / 1e3, "maximum, from psutil.cpu_freq"
     return CPUInfo(
         model=model,
         vendor=vendor,

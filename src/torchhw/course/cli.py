@@ -69,14 +69,10 @@ def _bench(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     threads = args.threads or torch.get_num_threads()
     sizes = [256, 512, 1024] if args.quick else [256, 512, 1024, 2048, 4096]
-    results = []
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        fast, ratio = bench.has_fast_kernel(dtype, device, threads=threads)
-        if not fast:
-            print(f"{dtype}: {ratio:.1%} of the fp32 rate at n=128, no fast kernel here; "
-                  f"skipped the larger sizes")
-            continue
-        results += [bench.matmul(n, dtype, device, threads) for n in sizes]
+    results, skipped = bench.dtype_sweep(sizes, (torch.float32, torch.bfloat16, torch.float16),
+                                         device, threads)
+    for name, why in skipped.items():
+        print(f"{name}: {why}")
     print(bench.table(results))
     if device.type == "cpu":
         print(hardware.peak_flops(cores=threads))
