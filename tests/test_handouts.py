@@ -20,6 +20,8 @@ def test_handouts_show_plots_and_widgets_offline(tmp_path):
     assert 'href="00_hardware_tour.html"' in contents and 'href="04_optim.html#' in contents
     page_html = (site / "04_optim.html").read_text()
     assert "'_static/embed-amd.js'" in page_html and "_static/require.js" in page_html
+    assert "_static/mathjax/MathJax.js" in page_html and "libs/mathjax" not in page_html
+    assert (site / "_static" / "mathjax" / "jax" / "output" / "CommonHTML" / "jax.js").exists()
 
     with browser_page(offline=True) as page:
         page.goto(index.as_uri())
@@ -39,3 +41,13 @@ def test_handouts_show_plots_and_widgets_offline(tmp_path):
         assert not [u for u in page.blocked if "embed-amd" in u or "require" in u], page.blocked
         slider.scroll_into_view_if_needed()
         screenshot(page, "handout_04_optim.png")
+
+        # formulas: typeset by the site's own MathJax, no TeX source left showing
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not page.locator("mjx-container, .MJXc-display, "
+                                                               ".mjx-chtml").count():
+            time.sleep(0.2)
+        typeset = page.locator(".mjx-chtml").count()
+        assert typeset >= 3, f"formulas were not typeset offline; requests blocked: {page.blocked}"
+        assert not [u for u in page.blocked if "mathjax" in u.lower()], page.blocked
+        assert "$\\eta$" not in page.inner_text("body") and "$\\eta " not in page.inner_text("body")

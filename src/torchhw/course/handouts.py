@@ -7,9 +7,11 @@
 The site has ``index.html`` (the contents: each notebook and its sections) and one page per
 notebook with its outputs: plots are embedded in the page, and widgets render from the state
 saved in the notebook. nbconvert's pages load the widget renderer and require.js from CDNs,
-so offline the widgets show nothing; here both are served from the site's ``_static/``. They
-come from the npm registry once (exact versions below, checked by npm against the registry's
-integrity hash) and are cached in ``build/vendor/``.
+so offline the widgets show nothing, and MathJax from another, so every formula would show as
+TeX source; here all three are served from the site's ``_static/``. They come from the npm
+registry once (exact versions below, checked by npm against the registry's integrity hash)
+and are cached in ``build/vendor/``. MathJax is the 2.7 line that nbconvert's templates are
+written for, and only what its TeX input and CommonHTML output load is kept (about 3 MB).
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ VENDOR = {
     "@jupyter-widgets/html-manager": ("1.0.15", "dist/embed-amd.js"),
     "requirejs": ("2.3.8", "require.js"),
 }
+MATHJAX = ("mathjax", "2.7.9")
+# what MathJax.js?config=TeX-AMS_CHTML-full,Safe loads at run time (its own loader fetches
+# these relative to MathJax.js); the package's other outputs, fonts and languages are left out
+MATHJAX_FILES = ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "extensions/",
+                 "jax/input/TeX/", "jax/output/CommonHTML/", "jax/element/",
+                 "fonts/HTML-CSS/TeX/woff/")
+MATHJAX_URL = "_static/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
 NOTEBOOK_LINK = re.compile(r'href="((?:\.\./notebooks/)?(\d\d_[a-z0-9_]+))\.ipynb(#[^"]*)?"')
 HEADING = re.compile(r'<h([12]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
 
@@ -47,25 +56,47 @@ def vendor_files(cache: Path | None = None) -> dict[str, Path]:
     for package, (version, member) in VENDOR.items():
         target = cache / f"{package.replace('/', '__')}-{version}" / Path(member).name
         if not target.exists():
-            npm = shutil.which("npm")
-            if not npm:
-                raise HandoutError(
-                    f"{package}@{version} is needed once for offline widgets and npm is not "
-                    f"installed: install Node.js and npm (Debian: apt-get install npm), or put "
-                    f"{Path(member).name} from that package at {target}")
             with tempfile.TemporaryDirectory() as tmp:
-                done = subprocess.run([npm, "pack", f"{package}@{version}", "--silent",
-                                       "--pack-destination", tmp], capture_output=True, text=True)
-                tarballs = list(Path(tmp).glob("*.tgz"))
-                if done.returncode != 0 or not tarballs:
-                    raise HandoutError(f"`npm pack {package}@{version}` failed (is the npm "
-                                       f"registry reachable?):\n{done.stderr[-1500:]}")
-                with tarfile.open(tarballs[0]) as tar:
+                with tarfile.open(_npm_pack(package, version, Path(tmp))) as tar:
                     data = tar.extractfile(f"package/{member}")
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(data.read())
         found[package] = target
     return found
+
+
+def _npm_pack(package: str, version: str, into: Path) -> Path:
+    npm = shutil.which("npm")
+    if not npm:
+        raise HandoutError(
+            f"{package}@{version} is needed once for offline handouts and npm is not "
+            f"installed: install Node.js and npm (Debian: apt-get install npm)")
+    done = subprocess.run([npm, "pack", f"{package}@{version}", "--silent",
+                           "--pack-destination", str(into)], capture_output=True, text=True)
+    tarballs = list(into.glob("*.tgz"))
+    if done.returncode != 0 or not tarballs:
+        raise HandoutError(f"`npm pack {package}@{version}` failed (is the npm registry "
+                           f"reachable?):\n{done.stderr[-1500:]}")
+    return tarballs[0]
+
+
+def vendor_mathjax(cache: Path | None = None) -> Path:
+    """MathJax's folder on local disk (the files it loads, see MATHJAX_FILES), fetched once."""
+    package, version = MATHJAX
+    target = (cache or find_root() / "build" / "vendor") / f"{package}-{version}"
+    if not (target / "MathJax.js").exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(_npm_pack(package, version, Path(tmp))) as tar:
+                wanted = [m for m in tar.getmembers() if m.isfile() and
+                          m.name.removeprefix("package/").startswith(MATHJAX_FILES)]
+                partial = target.with_name(target.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                for member in wanted:
+                    out = partial / member.name.removeprefix("package/")
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(tar.extractfile(member).read())
+                partial.rename(target)  # complete or absent, never half there
+    return target
 
 
 def title_of(nb) -> str:
@@ -80,7 +111,7 @@ def convert(path: Path, out: Path, renderer: str, require: str) -> tuple[str, li
 
     nb = nbformat.read(path, as_version=4)
     exporter = HTMLExporter(template_name="lab", widget_renderer_url=renderer,
-                            require_js_url=require)
+                            require_js_url=require, mathjax_url=MATHJAX_URL)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
     # links between notebooks point at their pages
     body = NOTEBOOK_LINK.sub(lambda m: f'href="{m.group(2)}.html{m.group(3) or ""}"', body)
@@ -124,6 +155,7 @@ def build(out: Path, source: Path | None = None, names: Sequence[str] = (),
     (out / "_static").mkdir(parents=True)
     for file in vendor.values():
         shutil.copy2(file, out / "_static" / file.name)
+    shutil.copytree(vendor_mathjax(), out / "_static" / "mathjax")
     renderer = "_static/" + vendor["@jupyter-widgets/html-manager"].name
     require = "_static/" + vendor["requirejs"].name
     entries = []
