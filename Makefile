@@ -9,26 +9,34 @@
 #   make badges     rewrite the notebooks' Colab/Binder badges and setup cells from pyproject.toml
 #   make handouts   static HTML site of the executed course in build/handouts/, works offline
 #   make binder     simulate Binder's build (binder/) in a fresh environment, run notebook 00
+#   make learner    a fresh venv with only the learner's dependencies runs notebook 01
 #   make stress     run the 2-rank and 2-node DDP jobs 50 times each and count failures (ARGS="--runs N")
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Which torch build: `default` lets pip choose (on Linux x86-64 from PyPI that is the CUDA build,
+# several GB, which also runs on a CPU); `cpu` takes the CPU-only build (about 200 MB) from
+# PyTorch's CPU index. Set it on first install: make venv TORCH=cpu
+TORCH  ?= default
+ifeq ($(TORCH),cpu)
+TORCH_INDEX := --extra-index-url https://download.pytorch.org/whl/cpu
+endif
 
 # Progress bars off in tests and committed outputs, so nbval compares like with like.
 # `make run` shows them only at a terminal, never in CI (see torchhw.runner.progress_wanted).
 test unit browser notebooks binder portability: export TQDM_DISABLE = 1
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: portability stress venv run test unit lab notebooks bench constraints clean browser badges handouts binder
+.PHONY: learner portability stress venv run test unit lab notebooks bench constraints clean browser badges handouts binder
 
 venv: $(STAMP)
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt $(TORCH_INDEX)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
@@ -67,6 +75,9 @@ notebooks: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/torchhw bench $(ARGS)
+
+learner: $(STAMP)
+	$(BIN)/torchhw learner
 
 stress: $(STAMP)
 	$(BIN)/torchhw stress $(ARGS)

@@ -10,6 +10,7 @@
     torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
     torchhw binder                                            simulate Binder's build here
     torchhw portability [--profile NAME] [NOTEBOOK ...]       nbval as other machines run it
+    torchhw learner                                           the learner's install alone works
 """
 
 from __future__ import annotations
@@ -110,6 +111,12 @@ def _binder(args: argparse.Namespace) -> int:
     return binder_main()
 
 
+def _learner(args: argparse.Namespace) -> int:
+    from .learner import main as learner_main
+
+    return learner_main()
+
+
 def _portability(args: argparse.Namespace) -> int:
     from .profiles import main as profiles_main
 
@@ -190,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     binder = sub.add_parser("binder", help="simulate Binder's build in a fresh environment")
     binder.set_defaults(func=_binder)
+
+    learner = sub.add_parser("learner", help="the learner's install alone runs notebook 01")
+    learner.set_defaults(func=_learner)
 
     port = sub.add_parser("portability", help="strict nbval under emulated machines (ISA, threads)")
     port.add_argument("notebooks", nargs="*")
