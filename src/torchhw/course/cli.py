@@ -3,7 +3,7 @@
     torchhw run [NOTEBOOK ...] [-p NAME VALUE ...] [--full]   execute the course, write a report
     torchhw list                                              notebooks and their parameters
     torchhw regen [NOTEBOOK ...]                              regenerate committed outputs
-    torchhw report [--json]                                   this machine's hardware report
+    torchhw hardware [--json]                                 this machine's hardware survey
     torchhw bench [--quick]                                   matmul and memory bandwidth here
     torchhw lab [--configure [--server]]                      JupyterLab at notebooks/, news off
     torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
@@ -49,15 +49,15 @@ def _regen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
+def _hardware(args: argparse.Namespace) -> int:
     from .. import hardware
 
-    report = hardware.report()
+    survey = hardware.report()
     if args.json:
-        print(json.dumps(report.to_dict(), indent=1))
+        print(json.dumps(survey.to_dict(), indent=1))
     else:
-        print(report)
-        print(hardware.peak_flops(report.cpu))
+        print(survey)
+        print(hardware.peak_flops(survey.cpu))
     return 0
 
 
@@ -163,9 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     regen.add_argument("--timeout", type=int, default=600)
     regen.set_defaults(func=_regen)
 
-    rep = sub.add_parser("report", help="this machine's hardware report")
-    rep.add_argument("--json", action="store_true")
-    rep.set_defaults(func=_report)
+    hw = sub.add_parser("hardware", help="this machine's hardware survey and CPU peak")
+    hw.add_argument("--json", action="store_true")
+    hw.set_defaults(func=_hardware)
 
     b = sub.add_parser("bench", help="matmul GFLOP/s and memory bandwidth on this machine")
     b.add_argument("--quick", action="store_true", help="smaller sizes, seconds")
