@@ -76,3 +76,11 @@ def test_clipping_bounds_the_update_and_training_learns():
                   epochs=8, clip_grad_norm=0.5)
     assert h.epochs[-1]["val_acc"] > 0.8
     assert h.epochs[-1]["train_loss"] < h.epochs[0]["train_loss"]
+
+
+def test_a_model_on_another_device_is_refused_through_meta():
+    # meta stands in for an accelerator on a CPU-only machine: the same check, for real
+    model = models.MLP(4, 2, preset="tiny").to("meta")
+    loader = torch.utils.data.DataLoader(data.classification(16, features=4, classes=2), batch_size=8)
+    with pytest.raises(train.DeviceMismatch, match="model is on meta.*model.to\\('cpu'\\)"):
+        train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, epochs=1, device="cpu")
