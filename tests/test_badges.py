@@ -88,3 +88,16 @@ def test_setup_cell_installs_from_the_repository_on_colab_and_keeps_its_torch(mo
         assert "Runtime > Change runtime type" in out, "no GPU on Colab: say how to get one"
     # nothing but modules: check_params would take a plain value for a misspelt parameter
     assert names <= {"sys", "torch"}
+
+
+def test_colab_installs_the_learners_part_only_and_upgrades_nothing():
+    import tomllib
+
+    cell = badges.setup_cell(REPO, gpu_sections=True)
+    install = next(line for line in cell.splitlines() if "%pip install" in line)
+    assert "[" not in install, "no extras on Colab: the course tooling is not the learner's"
+    assert " -U " not in install and "--upgrade" not in install  # pip then upgrades nothing
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [d for d in deps if d.split(">")[0] in ("papermill", "nbclient", "ipykernel",
+                                                      "nbformat", "nbconvert", "jupyterlab")]
+    assert all(">=" in d and "==" not in d for d in deps), "floors only, so Colab's versions stay"

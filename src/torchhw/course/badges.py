@@ -52,7 +52,9 @@ def badge_line(repo: str, notebook: str) -> str:
 def setup_cell(repo: str, gpu_sections: bool) -> str:
     """The source of the setup cell: installs the package on Colab, nothing elsewhere."""
     lines = [
-        "# On Colab, install the course's helper package (Colab's own torch is kept).",
+        "# On Colab, install the course's helper package: only what Colab lacks. Its dependencies",
+        "# are floors that Colab's torch, numpy and the rest already meet, and pip upgrades nothing",
+        "# that meets them.",
         "# Anywhere else this cell does nothing: the package is already installed.",
         "import sys",
         "",
