@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .paths import CourseError, find_root
+from .paths import CourseError, find_root, step
 
 
 class BinderError(RuntimeError):
@@ -35,17 +35,6 @@ def runtime_python(binder: Path) -> str:
     if not found:
         raise BinderError(f"{binder / 'runtime.txt'} must hold one line like 'python-3.11'")
     return found.group(1)
-
-
-def _step(name: str, argv: list[str], env: dict[str, str], echo, root: Path,
-          timeout: float = 900) -> None:
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    if done.returncode != 0:
-        raise BinderError(f"{name} failed (exit {done.returncode}): {' '.join(argv)}\n"
-                          f"{(done.stdout + done.stderr)[-3000:]}")
-    echo(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
 
 
 def check_lab(python: str, echo, root: Path) -> None:
@@ -91,16 +80,16 @@ def simulate(workdir: Path | None = None, notebook: str = "00_hardware_tour.ipyn
                # the PyTorch index is unreachable here: fail over at once instead of retrying
                PIP_RETRIES="0", PIP_DISABLE_PIP_VERSION_CHECK="1", TQDM_DISABLE="1")
     echo(f"Binder simulation in {workdir} (Python {version})", flush=True)
-    _step("fresh virtual environment", [python, "-m", "venv", str(venv)], env, echo, root)
-    _step("pip install -r binder/requirements.txt",
+    step("fresh virtual environment", [python, "-m", "venv", str(venv)], env, root, echo)
+    step("pip install -r binder/requirements.txt",
           [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "-r",
-           str(binder / "requirements.txt")], env, echo, root)
-    _step("binder/postBuild", [str(binder / "postBuild")], env, echo, root)
+           str(binder / "requirements.txt")], env, root, echo)
+    step("binder/postBuild", [str(binder / "postBuild")], env, root, echo)
     out = workdir / notebook
-    _step(f"papermill {notebook}",
+    step(f"papermill {notebook}",
           [str(bin_dir / "papermill"), str(root / "notebooks" / notebook), str(out),
            "-k", "python3", "--cwd", str(root / "notebooks"), "--execution-timeout", "600",
-           "--no-progress-bar"], env, echo, root)
+           "--no-progress-bar"], env, root, echo)
     check_lab(str(bin_dir / "python"), echo, root)
     seconds = time.perf_counter() - start
     echo(f"Binder simulation passed in {seconds:.1f} s", flush=True)

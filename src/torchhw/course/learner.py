@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import CourseError, find_root
+from .paths import CourseError, find_root, step
 
 TOOLING = ("papermill", "nbclient", "nbconvert", "jupyterlab", "ipykernel", "nbval")
 IMPORT_ALL = """
@@ -32,16 +32,6 @@ print(f"{{len(names)}} modules import with only the learner's dependencies")
 """
 
 
-def _step(name: str, argv: list[str], env: dict[str, str], cwd: Path, echo) -> str:
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise CourseError(f"{name} failed (exit {done.returncode}):\n"
-                          f"{(done.stdout + done.stderr)[-3000:]}")
-    echo(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
-    return done.stdout
-
-
 def check(root: Path | None = None, echo=print) -> float:
     """Build the environment afresh and run the checks; return the seconds it took."""
     root = find_root(root)
@@ -52,16 +42,16 @@ def check(root: Path | None = None, echo=print) -> float:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     constraints = ["-c", str(root / "constraints.txt")]
-    _step("fresh virtual environment", [sys.executable, "-m", "venv", str(venv)], env, root, echo)
-    _step("pip install the package, no extras",
+    step("fresh virtual environment", [sys.executable, "-m", "venv", str(venv)], env, root, echo)
+    step("pip install the package, no extras",
           [str(python), "-m", "pip", "install", "--quiet", *constraints, str(root)], env, root, echo)
-    echo("  " + _step("import every learner module", [str(python), "-c",
+    echo("  " + step("import every learner module", [str(python), "-c",
                       IMPORT_ALL.format(tooling=TOOLING)], env, root, echo).strip(), flush=True)
-    _step("pip install papermill ipykernel (apart)",
+    step("pip install papermill ipykernel (apart)",
           [str(python), "-m", "pip", "install", "--quiet", *constraints, "papermill", "ipykernel"],
           env, root, echo)
     out = venv / "01_tensors.ipynb"
-    _step("papermill 01_tensors", [str(venv / "bin" / "papermill"), "01_tensors.ipynb", str(out),
+    step("papermill 01_tensors", [str(venv / "bin" / "papermill"), "01_tensors.ipynb", str(out),
                                   "-k", "python3", "--cwd", ".", "--no-progress-bar"],
           env, root / "notebooks", echo)
     seconds = time.perf_counter() - start

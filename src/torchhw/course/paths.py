@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import re
+import subprocess
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -62,3 +64,18 @@ def select(paths: Sequence[Path], names: Sequence[str]) -> list[Path]:
             raise CourseError(f"no notebook matches {name!r}.{hint} The course has: {known}.")
         chosen.update(hits)
     return [p for p in paths if p in chosen]
+
+
+def step(name: str, argv: list[str], env: dict[str, str], cwd: Path, echo=print,
+         timeout: float = 1800) -> str:
+    """Run one step of a build (binder, learner) and say how long it took; its stdout.
+
+    A failing step raises :class:`CourseError` with the command and the end of its output.
+    """
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise CourseError(f"{name} failed (exit {done.returncode}): {' '.join(argv)}\n"
+                          f"{(done.stdout + done.stderr)[-3000:]}")
+    echo(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
+    return done.stdout
