@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.record": 0, "torchhw.checks": 0,
     "torchhw.jobs": 0, "torchhw.params": 0, "torchhw.device": 0,
     # built on the ground
-    "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1, "torchhw.distributed": 1,
+    "torchhw.peak": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1, "torchhw.distributed": 1,
     "torchhw.notebook": 1, "torchhw.workers": 2,
     # what the notebooks' exercises check with
     "torchhw.exercises": 3,

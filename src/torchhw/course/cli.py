@@ -50,21 +50,21 @@ def _regen(args: argparse.Namespace) -> int:
 
 
 def _hardware(args: argparse.Namespace) -> int:
-    from .. import hardware
+    from .. import hardware, peak
 
     survey = hardware.report()
     if args.json:
         print(json.dumps(survey.to_dict(), indent=1))
     else:
         print(survey)
-        print(hardware.peak_flops(survey.cpu))
+        print(peak.flops(survey.cpu))
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from .. import bench, hardware
+    from .. import bench, peak
     from ..device import pick_device
 
     device = pick_device(args.device)
@@ -76,7 +76,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"{name}: {why}")
     print(bench.table(results))
     if device.type == "cpu":
-        print(hardware.peak_flops(cores=threads))
+        print(peak.flops(cores=threads))
     mib = 64 if args.quick else 512
     print(bench.table(bench.bandwidth(mib * 2**20, device, threads)))
     return 0

@@ -198,11 +198,11 @@ def summary_table(results: Sequence[NotebookResult]) -> str:
 
 
 def _hardware_summary() -> dict[str, Any]:
-    from .. import hardware
+    from .. import hardware, peak
 
-    report = hardware.report()
-    peak = hardware.peak_flops(report.cpu)
-    return {"rows": report.rows(), "cpu_fp32_peak_gflops": peak.gflops, "peak_basis": peak.basis}
+    survey = hardware.report()
+    fp32 = peak.flops(survey.cpu)
+    return {"rows": survey.rows(), "cpu_fp32_peak_gflops": fp32.gflops, "peak_basis": fp32.basis}
 
 
 def write_report(out_dir: Path, results: Sequence[NotebookResult]) -> None:
