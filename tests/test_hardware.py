@@ -16,7 +16,7 @@ def cpu(vendor="AuthenticAMD", family=0x19, model=0x11, cores=2, clock=2.6, **is
 
 
 def test_report_describes_this_machine():
-    report = hardware.report()
+    report = hardware.survey()
     assert report.cpu.logical_cores >= 1
     assert report.memory_gib > 0.5
     assert report.torch_build["torch"] == torch.__version__
@@ -29,7 +29,7 @@ def test_report_describes_this_machine():
 
 
 def test_report_lists_gpus_or_says_why_not():
-    report = hardware.report()
+    report = hardware.survey()
     if torch.cuda.is_available():
         assert len(report.gpus) == torch.cuda.device_count()
         assert all(g.sm_count > 0 and g.memory_gib > 0 for g in report.gpus)
@@ -39,7 +39,7 @@ def test_report_lists_gpus_or_says_why_not():
 
 def test_neither_import_nor_report_initialises_cuda():
     code = ("import torch, torchhw, torchhw.hardware as h, torchhw.bench, torchhw.course.runner\n"
-            "h.report()\nprint(torch.cuda.is_initialized())")
+            "h.survey()\nprint(torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
 

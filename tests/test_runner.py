@@ -26,8 +26,8 @@ def write(folder, name, *sources, params="quick = True\nseed = 0"):
 def course(tmp_path_factory):
     folder = tmp_path_factory.mktemp("course")
     write(folder, "00_first.ipynb",
-          "from torchhw.record import record\nrecord('answer', 42 if quick else 0, 'units')\n"
-          "record('seed seen', seed)")
+          "from torchhw import measurements\nmeasurements.add('answer', 42 if quick else 0, 'units')\n"
+          "measurements.add('seed seen', seed)")
     write(folder, "01_broken.ipynb", "x = 1", "1 / 0", params="quick = True")
     write(folder, "02_after.ipynb", "print('still ran')", params="quick = True\nlr = 0.1")
     return folder

@@ -29,9 +29,9 @@ def same(a, b):
 def test_resume_is_exactly_the_uninterrupted_run(tmp_path, stop):
     straight_model, straight = run(tmp_path, name="straight.pt")
     _, part = run(tmp_path, stop=stop)
-    assert part.stopped_early and len(part.steps) == stop
+    assert part.stopped_early and len(part.losses) == stop
     resumed_model, resumed = run(tmp_path, resume=True)
-    assert resumed.steps == straight.steps
+    assert resumed.losses == straight.losses
     assert resumed.grad_norms == straight.grad_norms
     assert resumed.epochs == straight.epochs
     assert same(straight_model, resumed_model)
@@ -39,7 +39,7 @@ def test_resume_is_exactly_the_uninterrupted_run(tmp_path, stop):
 
 def test_history_records_each_epoch(tmp_path):
     _, h = run(tmp_path, epochs=2)
-    assert len(h.steps) == 10 and [e["epoch"] for e in h.epochs] == [1, 2]
+    assert len(h.losses) == 10 and [e["epoch"] for e in h.epochs] == [1, 2]
     assert set(h.epochs[0]) >= {"train_loss", "val_loss", "val_acc", "lr", "grad_norm"}
     assert h.column("lr") == pytest.approx([0.035, 0.0245])
     assert not h.stopped_early

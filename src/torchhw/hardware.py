@@ -5,7 +5,7 @@ child process, so a notebook that reports its hardware can still fork or spawn w
 afterwards (the same reason accelerate asks ``nvidia-smi`` instead of torch).
 
     from torchhw import hardware
-    survey = hardware.report()      # a table in a notebook, survey.to_dict() for JSON
+    survey = hardware.survey()      # a table in a notebook, survey.to_dict() for JSON
 
 What the CPU could compute at best is in :mod:`torchhw.peak`.
 """
@@ -67,7 +67,7 @@ class GPUInfo:
 
 
 @dataclass(repr=False)
-class HardwareReport:
+class HardwareSurvey:
     cpu: CPUInfo
     memory_gib: float
     torch_build: dict[str, Any]
@@ -266,14 +266,14 @@ def torch_build() -> dict[str, Any]:
     }
 
 
-def report(probe_gpus: bool = True) -> HardwareReport:
-    """The whole hardware report. Set ``probe_gpus=False`` to skip the child process."""
+def survey(probe_gpus: bool = True) -> HardwareSurvey:
+    """Everything this module finds out. Set ``probe_gpus=False`` to skip the child process."""
     build = torch_build()
     gpus, versions, note = gpu_info() if probe_gpus else ([], {}, "not probed")
     for key, value in versions.items():
         build[key] = value if value is not None else "none"
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-    return HardwareReport(
+    return HardwareSurvey(
         cpu=cpu_info(),
         memory_gib=psutil.virtual_memory().total / 2**30,
         torch_build=build,

@@ -38,7 +38,7 @@ class DeviceMismatch(RuntimeError):
 class History:
     """What a run did: the loss of every step, and one record per finished epoch."""
 
-    steps: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)  # the training loss of every step
     grad_norms: list[float] = field(default_factory=list)  # before clipping, one per step
     epochs: list[dict[str, float]] = field(default_factory=list)
     stopped_early: bool = False
@@ -52,7 +52,7 @@ class History:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "History":
-        return cls(list(data["steps"]), list(data["grad_norms"]),
+        return cls(list(data["losses"]), list(data["grad_norms"]),
                    [dict(e) for e in data["epochs"]], bool(data.get("stopped_early", False)))
 
 
@@ -164,7 +164,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
                 continue
             loss, norm = train_step(model, batch, loss_fn, optimizer, device, clip_grad_norm)
             step += 1
-            history.steps.append(loss)
+            history.losses.append(loss)
             history.grad_norms.append(norm)
             if scheduler is not None and scheduler_every == "step":
                 scheduler.step()
@@ -178,7 +178,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
         if scheduler is not None and scheduler_every == "epoch":
             scheduler.step()
         done = slice(epoch * per_epoch, (epoch + 1) * per_epoch)
-        losses, norms = history.steps[done], history.grad_norms[done]
+        losses, norms = history.losses[done], history.grad_norms[done]
         record = {"epoch": epoch + 1, "step": step, "train_loss": sum(losses) / len(losses),
                   "lr": optimizer.param_groups[0]["lr"], "grad_norm": sum(norms) / len(norms)}
         if val_loader is not None:

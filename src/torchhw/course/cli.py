@@ -52,7 +52,7 @@ def _regen(args: argparse.Namespace) -> int:
 def _hardware(args: argparse.Namespace) -> int:
     from .. import hardware, peak
 
-    survey = hardware.report()
+    survey = hardware.survey()
     if args.json:
         print(json.dumps(survey.to_dict(), indent=1))
     else:

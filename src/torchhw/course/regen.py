@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import record as rec
+from .. import measurements as rec
 from .paths import CourseError, discover, notebooks_dir, select
 from .runner import KERNEL, kernel_manager_class, remove_kernel_sockets
 

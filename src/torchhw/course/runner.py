@@ -7,7 +7,7 @@ Each notebook runs on a fresh kernel. A failing notebook is reported with the fa
 and error and the run goes on; the exit status says whether any failed. A ``-p`` value
 goes to each notebook that declares that parameter; one that no selected notebook
 declares is an error before anything runs (papermill itself only warns). Measurements a
-notebook records with :func:`torchhw.record.record` end up in the report.
+notebook records with :func:`torchhw.measurements.add` end up in the report.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import record as rec
+from .. import measurements as rec
 from .paths import CourseError, discover, notebooks_dir, select
 
 KERNEL = "python3"
@@ -200,7 +200,7 @@ def summary_table(results: Sequence[NotebookResult]) -> str:
 def _hardware_summary() -> dict[str, Any]:
     from .. import hardware, peak
 
-    survey = hardware.report()
+    survey = hardware.survey()
     fp32 = peak.flops(survey.cpu)
     return {"rows": survey.rows(), "cpu_fp32_peak_gflops": fp32.gflops, "peak_basis": fp32.basis}
 

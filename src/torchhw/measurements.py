@@ -1,9 +1,9 @@
 """Measurements a notebook hands to the course report.
 
-A notebook calls ``record("matmul fp32 GFLOP/s", 187.2, unit="GFLOP/s")``. When the
+A notebook calls ``measurements.add("matmul fp32 GFLOP/s", 187.2, unit="GFLOP/s")``. When the
 runner executes the course it sets ``TORCHHW_RECORD_FILE`` for each notebook's kernel,
 and every recorded value lands in that JSON file, which the report then reads. Outside
-the runner the values are only kept in memory (``recorded()``), so a reader working
+the runner the values are only kept in memory (``collected()``), so a reader working
 interactively leaves no files behind.
 """
 
@@ -35,10 +35,10 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    raise TypeError(f"record() takes numbers, strings, lists and dicts, not {type(value).__name__}")
+    raise TypeError(f"measurements.add() takes numbers, strings, lists and dicts, not {type(value).__name__}")
 
 
-def record(name: str, value: Any, unit: str = "", note: str = "") -> None:
+def add(name: str, value: Any, unit: str = "", note: str = "") -> None:
     """Keep one measurement under ``name``; a second call with the same name replaces it."""
     entry = {"value": _plain(value), "unit": unit, "note": note}
     _values[name] = entry
@@ -52,13 +52,13 @@ def record(name: str, value: Any, unit: str = "", note: str = "") -> None:
         tmp.replace(target)  # atomic: the report never reads a half-written file
 
 
-def recorded() -> dict[str, dict[str, Any]]:
-    """Everything recorded in this process so far."""
+def collected() -> dict[str, dict[str, Any]]:
+    """Everything added in this process so far."""
     return dict(_values)
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Read a record file; an absent file means nothing was recorded."""
+    """Read a measurements file; an absent file means nothing was added."""
     path = Path(path)
     if not path.exists():
         return {}
