@@ -339,6 +339,18 @@ def _plan(knobs: Sequence[Knob], applicable: Sequence[Knob]) -> list[list[Knob]]
     return plan
 
 
+def choose(trials: Sequence[Trial]) -> Trial | None:
+    """The trial to recommend, or None for the baseline.
+
+    The fastest trial at least MARGIN faster than the baseline, unless one with fewer knobs
+    is within MARGIN of it: a knob stays only if it adds a gain the noise could not make.
+    """
+    winners = [t for t in trials if t.status == "ok" and t.knobs and (t.speedup or 0) >= MARGIN]
+    top = max((t.speedup or 0 for t in winners), default=0.0)
+    return min((t for t in winners if (t.speedup or 0) * MARGIN >= top),
+               key=lambda t: (len(t.knobs), -(t.speedup or 0)), default=None)
+
+
 def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s: float = 10,
          trial_timeout_s: float | None = None, min_run_time: float = 0.2,
          knobs: Sequence[Knob] | None = None, compile: bool = False,
@@ -422,12 +434,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         trials.append(trial)
 
     # trials in plan order come after the "not applicable" lines: sort into knob order
-    measured = [t for t in trials if t.status == "ok" and t.knobs]
-    best = max(measured, key=lambda t: t.speedup or 0, default=None)
-    if best is None or (best.speedup or 0) < MARGIN:
-        chosen: Trial | None = None
-    else:
-        chosen = best
+    chosen = choose(trials)
     chosen_knobs = set(chosen.knobs) if chosen else set()
     for knob in applicable:
         label = _label(knob)
@@ -436,15 +443,14 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             what = alone.status if alone else "not run"
             reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
         elif label in chosen_knobs:
-            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the fastest trial "
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended trial "
                               f"({chosen.name}) includes it")
         elif (alone.speedup or 0) < MARGIN:
             reasons[label] = f"left out: {alone.speedup:.2f}x alone, not {MARGIN:.2f}x or better"
         else:
-            reasons[label] = (f"left out: {alone.speedup:.2f}x alone, but the fastest trial "
-                              f"does better without it")
-    recommended = {k.name: (k.value if _label(k) in chosen_knobs else None) for k in knobs}
-    recommended = {k: v for k, v in recommended.items() if v is not None}
+            reasons[label] = (f"left out: {alone.speedup:.2f}x alone, but a configuration "
+                              f"without it does as well (within {MARGIN - 1:.0%})")
+    recommended = {k.name: k.value for k in knobs if _label(k) in chosen_knobs}
     order = {_label(k): i for i, k in enumerate(knobs)}
     trials.sort(key=lambda t: (t.knobs != [], len(t.knobs),
                                [order.get(k, 99) for k in t.knobs]))
