@@ -360,7 +360,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     """Try the knobs on ``model`` training on ``batch``; recommend the fastest configuration.
 
     The model and batch must be on the device to tune for; they are copied, never changed.
-    ``trial_timeout_s`` defaults to a third of the budget. ``knobs`` defaults to
+    ``trial_timeout_s`` defaults to half the budget (at least 2 s). ``knobs`` defaults to
     :func:`default_knobs` (``compile`` opts in to torch.compile). The result is recorded
     for the course report under ``record_as`` (None: not recorded).
     """
@@ -368,7 +368,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     device = next(model.parameters()).device
     threads = threads or torch.get_num_threads()
     knobs = list(default_knobs(compile) if knobs is None else knobs)
-    timeout = trial_timeout_s or max(1.0, budget_s / 3)
+    timeout = trial_timeout_s or max(2.0, budget_s / 2)
     loss_fn = loss_fn or nn.functional.cross_entropy
     make_optimizer = make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
 
