@@ -304,7 +304,9 @@ def _step(setup: Setup, stop: threading.Event) -> Callable[[], float]:
 
 
 def _run(setup: Setup, min_run_time: float, stop: threading.Event, out: dict[str, Any]) -> None:
+    threads = torch.get_num_threads()
     try:
+        torch.set_num_threads(setup.threads)  # for the first step too, not only the timed ones
         with ExitStack() as stack:
             for setting in setup.settings:
                 stack.enter_context(setting())
@@ -320,9 +322,11 @@ def _run(setup: Setup, min_run_time: float, stop: threading.Event, out: dict[str
             out["result"] = r
     except BaseException as err:  # reported in the trial, never raised to the caller
         out["error"] = err
+    finally:
+        torch.set_num_threads(threads)
 
 
-def _plan(knobs: Sequence[Knob], applicable: Sequence[Knob]) -> list[list[Knob]]:
+def _plan(applicable: Sequence[Knob]) -> list[list[Knob]]:
     """Baseline, singles, compatible pairs, all compatible together: fixed order."""
     plan: list[list[Knob]] = [[]] + [[k] for k in applicable]
     ok = [list(c) for c in itertools.combinations(applicable, 2)
@@ -387,7 +391,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             trials.append(Trial(_label(knob), [_label(knob)], "not applicable", why))
             reasons[_label(knob)] = f"not applicable: {why}"
     base: Trial | None = None
-    for combo in _plan(knobs, applicable):
+    for combo in _plan(applicable):
         name = " + ".join(_label(k) for k in combo) or "baseline"
         trial = Trial(name, [_label(k) for k in combo], "ok")
         left = budget_s - (time.perf_counter() - start)
