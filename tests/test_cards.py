@@ -74,7 +74,13 @@ def test_compare_explains_differences_by_hardware():
 
 
 def test_same_machine_says_so():
-    assert "same hardware" in cards.compare(card(), card()).explain()[0]
+    a, b = card(machine__load_average=0.1), card(machine__load_average=0.1)
+    assert "same hardware" in cards.compare(a, b).explain()[0]
+
+
+def test_a_busy_machine_is_flagged():
+    busy = card(machine__load_average=8.0, machine__logical_cores=2)
+    assert any("busy machine" in line for line in cards.compare(card(machine__load_average=0.1), busy).explain())
 
 
 def test_compare_command(tmp_path, capsys):

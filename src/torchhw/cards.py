@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from datetime import date
@@ -52,6 +53,9 @@ def machine_summary(report: Any) -> dict[str, Any]:
                   "compute_capability": g.compute_capability} for g in report.gpus],
         "torch": report.torch_build.get("torch"),
         "threads": report.torch_build.get("intra-op threads"),
+        # how busy the machine was while the card's figures were measured: a loaded machine
+        # measures low and noisy, and a comparison should say so
+        "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -149,7 +153,7 @@ class Comparison:
         a, b = self.a, self.b
         out: list[tuple[str, str, str, str, str]] = []
         for key in ("cpu", "physical_cores", "clock_ghz", "isa", "torch_kernels", "memory_gib",
-                    "gpus", "torch", "threads"):
+                    "gpus", "torch", "threads", "load_average"):
             va, vb = a["machine"].get(key), b["machine"].get(key)
             if key == "gpus":
                 va = [g["name"] for g in va or []] or "none"
@@ -198,6 +202,12 @@ class Comparison:
             who = "A" if ga else "B"
             lines.append(f"only {who} has a GPU: GPU-only knobs (TF32, cudnn.benchmark, fp16 "
                          f"with GradScaler) apply there and are 'not applicable' on the other.")
+        for who, m in (("A", ma), ("B", mb)):
+            load, cores = m.get("load_average"), m.get("logical_cores") or 1
+            if load is not None and load > 0.75 * cores:
+                lines.append(f"{who} was measured on a busy machine (load average {load:.1f} on "
+                             f"{cores} cores): its timings are low and noisy, and thread counts "
+                             f"above the free cores lose. Measure again when it is quiet.")
         if self.a["device"] != self.b["device"]:
             lines.append(f"the capstone ran on {self.a['device']} against {self.b['device']}.")
         if not lines or (len(lines) == 1 and lines[0].startswith("memory bandwidth")
