@@ -9,6 +9,7 @@
     torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
     torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
     torchhw binder                                            simulate Binder's build here
+    torchhw compare A.json B.json [--plot FILE]               two report cards side by side
     torchhw portability [--profile NAME] [NOTEBOOK ...]       nbval as other machines run it
     torchhw learner                                           the learner's install alone works
 """
@@ -111,6 +112,12 @@ def _binder(args: argparse.Namespace) -> int:
     return binder_main()
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from ..cards import main as compare_main
+
+    return compare_main([str(args.a), str(args.b)] + (["--plot", str(args.plot)] if args.plot else []))
+
+
 def _learner(args: argparse.Namespace) -> int:
     from .learner import main as learner_main
 
@@ -197,6 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     binder = sub.add_parser("binder", help="simulate Binder's build in a fresh environment")
     binder.set_defaults(func=_binder)
+
+    cmp = sub.add_parser("compare", help="two report cards side by side: table, reasons, plot")
+    cmp.add_argument("a", type=Path, help="a card, e.g. reference/cards/2026-11-30_....json")
+    cmp.add_argument("b", type=Path, help="another card, e.g. the one notebook 10 wrote")
+    cmp.add_argument("--plot", type=Path, help="also save the comparison plot (PNG) here")
+    cmp.set_defaults(func=_compare)
 
     learner = sub.add_parser("learner", help="the learner's install alone runs notebook 01")
     learner.set_defaults(func=_learner)

@@ -1,0 +1,86 @@
+"""Exercises of notebook 10 (capstone): time to accuracy, where a resumed run restarts, and
+a checkpoint's size predicted, then measured."""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..checks import Wrong, close, equal, exercise
+
+
+@exercise(1, "time to accuracy",
+          hint="add up the epochs' seconds until the first epoch whose accuracy reaches the "
+               "target, and return that sum; return None when no epoch reaches it.")
+def check_1(time_to: Callable[[Sequence[float], Sequence[float], float], float | None]) -> str:
+    seconds, acc = [2.0, 1.0, 1.0, 1.5], [0.5, 0.8, 0.92, 0.95]
+    for target, want in [(0.9, 4.0), (0.5, 2.0), (0.95, 5.5), (0.99, None)]:
+        got = time_to(seconds, acc, target)
+        if want is None:
+            equal(got, None, f"time_to(seconds, accuracies, {target})", " (never reached)")
+        else:
+            close(got, want, f"time_to(seconds, accuracies, {target})")
+    return "Time to accuracy rewards what matters: a faster step that learns worse does not win."
+
+
+@exercise(2, "where a resumed run restarts",
+          hint="after `step` optimizer steps with `per_epoch` batches per epoch, the run is in "
+               "epoch step // per_epoch (counting from 0) and has done step % per_epoch of "
+               "its batches, which it must skip.")
+def check_2(position: Callable[[int, int], tuple[int, int]]) -> str:
+    for step, per_epoch, want in [(0, 23, (0, 0)), (25, 23, (1, 2)), (46, 23, (2, 0)), (7, 5, (1, 2))]:
+        got = tuple(position(step, per_epoch))
+        equal(got, want, f"position({step}, {per_epoch})")
+    return "That skip count is why fit() stores the shuffle state from the start of the epoch."
+
+
+def state_bytes(model: torch.nn.Module) -> int:
+    """Size of ``torch.save(model.state_dict())``, measured by saving to memory."""
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.getbuffer().nbytes
+
+
+def _cnn() -> torch.nn.Module:
+    from ..models import SmallCNN
+
+    torch.manual_seed(0)
+    return SmallCNN(1, 10, 8, preset="base")
+
+
+@exercise(3, "predict, then measure: a checkpoint's size",
+          hint="count every tensor in state_dict(): parameters and buffers (batch norm's "
+               "running mean and variance, and its int64 step counter), times the bytes per "
+               "element. The file adds a little for names and layout.")
+def check_3(predicted_bytes: float | Callable[[], float]) -> str:
+    if callable(predicted_bytes):  # a function that computes the prediction is fine too
+        predicted_bytes = predicted_bytes()
+    measured = state_bytes(_cnn())
+    close(predicted_bytes, measured, f"your prediction against the {measured:,} bytes measured",
+          rel=0.15)
+    return (f"The measured file is {measured:,} bytes: within "
+            f"{abs(float(predicted_bytes) - measured) / measured:.0%} of your prediction. "
+            "Add the optimizer's state (momentum: one more copy) for a full checkpoint.")
+
+
+def _predicted() -> int:
+    return sum(t.numel() * t.element_size() for t in _cnn().state_dict().values())
+
+
+CHECKS = {1: check_1, 2: check_2, 3: check_3}
+
+SOLUTIONS: dict[int, Any] = {
+    1: lambda seconds, acc, target: next(
+        (sum(seconds[:i + 1]) for i, a in enumerate(acc) if a >= target), None),
+    2: lambda step, per_epoch: (step // per_epoch, step % per_epoch),
+    3: _predicted(),
+}
+
+WRONG: dict[int, list[Any]] = {
+    1: [lambda s, acc, t: next((s[i] for i, a in enumerate(acc) if a >= t), None),
+        lambda s, acc, t: sum(s)],
+    2: [lambda step, per: (step // per + 1, step % per), lambda step, per: (step // per, 0)],
+    3: [_predicted() // 4, 2 * _predicted()],
+}

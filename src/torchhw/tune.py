@@ -1,0 +1,468 @@
+"""An autotuner: which speed knobs apply on this machine, what each one buys, what to use.
+
+Notebook 09 measures each technique by hand, one at a time; this module does the same
+search for any model, within a time budget, so a reader can ask "what should I turn on
+here?" for their own model and machine:
+
+    result = tune(model, (x, y), budget_s=10)
+    result.recommended          # {'channels_last': True, 'autocast': 'bfloat16', ...}
+    result                      # a table: every trial, its speed-up over the baseline, why
+
+What it promises:
+
+- every knob in the list is reported: measured, "not applicable" with the reason (fp16 with
+  GradScaler needs a GPU), "failed" with the error, "timed out", or "skipped" when the budget
+  ran out. Nothing is dropped in silence;
+- the set and order of trials is fixed by the knobs and the machine, never by the clock:
+  the baseline, each applicable knob alone, then every compatible pair, then all of them;
+- every trial has a deadline: it runs in a thread that checks a stop flag before each step,
+  so a slow trial ends within one step of its deadline;
+- a trial's time is one full training step (forward, loss, backward, optimizer step),
+  measured with :func:`torchhw.bench.measure` on a private copy of the model, and global
+  settings a knob changes (TF32, cudnn.benchmark) are restored after it.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import statistics
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from . import bench
+from .device import synchronize
+from .record import record
+
+MARGIN = 1.05  # a knob is kept only if it is at least 5% faster: smaller gains are noise here
+
+
+class TrialStopped(RuntimeError):
+    """A trial passed its deadline; raised inside the trial's own thread."""
+
+
+@dataclass
+class Setup:
+    """What one trial trains: a private model, batch and optimizer, and the knobs' settings."""
+
+    model: nn.Module
+    batch: tuple[torch.Tensor, torch.Tensor]
+    device: torch.device
+    threads: int
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    make_optimizer: Callable[[Any], torch.optim.Optimizer]
+    autocast: torch.dtype | None = None
+    scaler: bool = False
+    compile: bool = False
+    settings: list[Callable[[], Any]] = field(default_factory=list)  # context managers
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting the tuner can try.
+
+    ``check(setup)`` returns None when the knob applies here, else the reason it does not;
+    ``apply(setup)`` changes the setup in place. ``group`` names knobs that exclude each
+    other (two autocast dtypes): they are never combined.
+    """
+
+    name: str
+    value: Any
+    what: str
+    check: Callable[[Setup], str | None]
+    apply: Callable[[Setup], None]
+    group: str = ""
+
+
+def _has_conv(setup: Setup) -> bool:
+    return any(isinstance(m, (nn.Conv2d, nn.Conv3d)) for m in setup.model.modules())
+
+
+def _cuda_only(what: str) -> Callable[[Setup], str | None]:
+    def check(setup: Setup) -> str | None:
+        if setup.device.type != "cuda":
+            return f"{what} needs a CUDA GPU; this trial runs on {setup.device.type}"
+        return None
+    return check
+
+
+def _channels_last(setup: Setup) -> None:
+    setup.model = setup.model.to(memory_format=torch.channels_last)
+    x, y = setup.batch
+    setup.batch = (x.contiguous(memory_format=torch.channels_last), y)
+
+
+def _set_flag(obj: Any, name: str, value: Any) -> Callable[[], Any]:
+    @contextmanager
+    def flag() -> Iterator[None]:
+        old = getattr(obj, name)
+        setattr(obj, name, value)
+        try:
+            yield
+        finally:
+            setattr(obj, name, old)
+    return flag
+
+
+def _tf32(setup: Setup) -> None:
+    setup.settings.append(_set_flag(torch.backends.cuda.matmul, "allow_tf32", True))
+    setup.settings.append(_set_flag(torch.backends.cudnn, "allow_tf32", True))
+
+
+def _tf32_check(setup: Setup) -> str | None:
+    if setup.device.type != "cuda":
+        return f"TF32 is a tensor-core format of NVIDIA GPUs; this trial runs on {setup.device.type}"
+    major, _ = torch.cuda.get_device_capability(setup.device)
+    if major < 8:
+        return f"TF32 needs compute capability 8.0 (Ampere) or later; this GPU has {major}.x"
+    return None
+
+
+def _autocast_check(dtype: torch.dtype) -> Callable[[Setup], str | None]:
+    def check(setup: Setup) -> str | None:
+        if setup.device.type == "cpu" and dtype == torch.float16:
+            return "fp16 with GradScaler is a GPU technique; CPUs compute fp16 through slow paths"
+        if setup.device.type == "mps" and dtype == torch.bfloat16:
+            return "bf16 autocast on MPS is not supported by every Apple GPU"
+        if setup.device.type == "cuda" and dtype == torch.bfloat16 \
+                and not torch.cuda.is_bf16_supported():
+            return "this GPU has no bf16 support (needs compute capability 8.0 or later)"
+        return None
+    return check
+
+
+def _autocast(dtype: torch.dtype) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        setup.autocast = dtype
+        setup.scaler = dtype == torch.float16  # fp16 gradients underflow without scaling
+    return apply
+
+
+def _fewer_threads(setup: Setup) -> str | None:
+    if setup.device.type != "cpu":
+        return "the thread count matters for CPU work; this trial runs on a GPU"
+    if setup.threads < 2:
+        return "torch already uses one thread here"
+    return None
+
+
+def _halve_threads(setup: Setup) -> None:
+    setup.threads = max(1, setup.threads // 2)
+
+
+def _compile_check(opted_in: bool) -> Callable[[Setup], str | None]:
+    def check(setup: Setup) -> str | None:
+        if not opted_in:
+            return ("opt-in (tune(..., compile=True)): its first compile takes seconds to "
+                    "tens of seconds, more than a small budget")
+        return None
+    return check
+
+
+def _compile(setup: Setup) -> None:
+    setup.compile = True
+
+
+def default_knobs(compile: bool = False) -> list[Knob]:
+    """The course's knobs, in the order the tuner tries them."""
+    bf16, fp16 = torch.bfloat16, torch.float16
+    return [
+        Knob("channels_last", True, "convolutions read NHWC memory (oneDNN, cuDNN prefer it)",
+             lambda s: None if _has_conv(s) else "the model has no convolution",
+             _channels_last),
+        Knob("autocast", "bfloat16", "matmuls and convolutions in bf16 (AMX, AVX-512 BF16, "
+             "tensor cores)", _autocast_check(bf16), _autocast(bf16), group="autocast"),
+        Knob("autocast", "float16", "matmuls and convolutions in fp16, loss scaled by GradScaler",
+             _autocast_check(fp16), _autocast(fp16), group="autocast"),
+        Knob("tf32", True, "fp32 matmuls on tensor cores with a 10-bit mantissa", _tf32_check,
+             _tf32),
+        Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape",
+             _cuda_only("cudnn.benchmark"),
+             lambda s: s.settings.append(_set_flag(torch.backends.cudnn, "benchmark", True))),
+        Knob("threads", "half", "half the CPU threads (small work loses to thread overhead)",
+             _fewer_threads, _halve_threads),
+        Knob("compile", True, "torch.compile fuses element-wise ops into fewer kernels",
+             _compile_check(compile), _compile),
+    ]
+
+
+def _label(knob: Knob) -> str:
+    return f"{knob.name}={knob.value}"
+
+
+@dataclass
+class Trial:
+    """One measured configuration. ``speedup`` and ``spread`` are against the baseline."""
+
+    name: str
+    knobs: list[str]
+    status: str  # ok, failed, timed out, skipped, not applicable
+    reason: str = ""
+    median_s: float | None = None
+    iqr_s: float | None = None
+    runs: int = 0
+    first_step_s: float | None = None  # includes compiling and algorithm search
+    speedup: float | None = None
+    spread: tuple[float, float] | None = None  # 25th and 75th percentile of the ratio
+    times: list[float] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` found: every trial, the recommended configuration and why."""
+
+    device: str
+    threads: int
+    budget_s: float
+    spent_s: float
+    trials: list[Trial]
+    recommended: dict[str, Any]
+    recommended_trial: str
+    gain: float
+    reasons: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for t in data["trials"]:
+            t.pop("times")
+        return data
+
+    def knob_gains(self) -> dict[str, float | None]:
+        """Each knob's measured speed-up alone (None when it was not measured)."""
+        return {t.name: t.speedup for t in self.trials if len(t.knobs) == 1}
+
+    def rows(self) -> list[list[str]]:
+        rows = [["trial", "status", "median step", "speed-up", "IQR of ratio", "note"]]
+        for t in self.trials:
+            rows.append([
+                t.name, t.status, bench.fmt_time(t.median_s) if t.median_s else "",
+                f"{t.speedup:.2f}x" if t.speedup else "",
+                f"{t.spread[0]:.2f}-{t.spread[1]:.2f}" if t.spread else "", t.reason])
+        return rows
+
+    def __str__(self) -> str:
+        rows = self.rows()
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
+        lines.append(f"recommended: {self.recommended_trial} ({self.gain:.2f}x the baseline), "
+                     f"{self.spent_s:.1f} s of a {self.budget_s:g} s budget")
+        lines += [f"  {k}: {v}" for k, v in self.reasons.items()]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self) -> str:
+        rows = self.rows()
+        lines = ["| " + " | ".join(rows[0]) + " |", "|---|---|--:|--:|--:|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        lines += ["", f"**recommended:** {self.recommended_trial} ({self.gain:.2f}x the "
+                      f"baseline, {self.spent_s:.1f} s of a {self.budget_s:g} s budget)", ""]
+        lines += [f"- `{k}`: {v}" for k, v in self.reasons.items()]
+        return "\n".join(lines)
+
+
+def ratio_spread(baseline: Sequence[float], other: Sequence[float]) -> tuple[float, float, float]:
+    """Median and quartiles of baseline/other over every pair of runs (above 1: faster)."""
+    ratios = sorted(b / o for b in baseline for o in other)
+    if len(ratios) < 4:
+        m = statistics.median(ratios)
+        return m, ratios[0], ratios[-1]
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
+    return q2, q1, q3
+
+
+def _step(setup: Setup, stop: threading.Event) -> Callable[[], float]:
+    model = setup.model
+    if setup.compile:
+        model = torch.compile(model)
+    optimizer = setup.make_optimizer(setup.model.parameters())
+    scaler = torch.amp.GradScaler(setup.device.type) if setup.scaler else None
+    x, y = setup.batch
+
+    def step() -> float:
+        if stop.is_set():
+            raise TrialStopped("deadline passed")
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(setup.device.type, dtype=setup.autocast or torch.float32,
+                            enabled=setup.autocast is not None):
+            loss = setup.loss_fn(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        return loss.detach()
+    return step
+
+
+def _run(setup: Setup, min_run_time: float, stop: threading.Event, out: dict[str, Any]) -> None:
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(setup.threads)  # for the first step too, not only the timed ones
+        with ExitStack() as stack:
+            for setting in setup.settings:
+                stack.enter_context(setting())
+            step = _step(setup, stop)
+            start = time.perf_counter()
+            loss = step()
+            synchronize(setup.device)
+            out["first"] = time.perf_counter() - start
+            if not torch.isfinite(loss).all():
+                raise FloatingPointError(f"the loss is {loss.item()}: this setting breaks training")
+            r = bench.measure(step, label="step", threads=setup.threads, device=setup.device,
+                              min_run_time=min_run_time)
+            out["result"] = r
+    except BaseException as err:  # reported in the trial, never raised to the caller
+        out["error"] = err
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _plan(applicable: Sequence[Knob]) -> list[list[Knob]]:
+    """Baseline, singles, compatible pairs, all compatible together: fixed order."""
+    plan: list[list[Knob]] = [[]] + [[k] for k in applicable]
+    ok = [list(c) for c in itertools.combinations(applicable, 2)
+          if not (c[0].group and c[0].group == c[1].group)]
+    plan += ok
+    if len(applicable) > 2:
+        together, groups = [], set()
+        for k in applicable:
+            if not k.group or k.group not in groups:
+                together.append(k)
+                groups.add(k.group)
+        if len(together) > 2:
+            plan.append(together)
+    return plan
+
+
+def choose(trials: Sequence[Trial]) -> Trial | None:
+    """The trial to recommend, or None for the baseline.
+
+    The fastest trial at least MARGIN faster than the baseline, unless one with fewer knobs
+    is within MARGIN of it: a knob stays only if it adds a gain the noise could not make.
+    """
+    winners = [t for t in trials if t.status == "ok" and t.knobs and (t.speedup or 0) >= MARGIN]
+    top = max((t.speedup or 0 for t in winners), default=0.0)
+    return min((t for t in winners if (t.speedup or 0) * MARGIN >= top),
+               key=lambda t: (len(t.knobs), -(t.speedup or 0)), default=None)
+
+
+def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s: float = 10,
+         trial_timeout_s: float | None = None, min_run_time: float = 0.2,
+         knobs: Sequence[Knob] | None = None, compile: bool = False,
+         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+         make_optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
+         threads: int | None = None, record_as: str | None = "tune") -> TuneResult:
+    """Try the knobs on ``model`` training on ``batch``; recommend the fastest configuration.
+
+    The model and batch must be on the device to tune for; they are copied, never changed.
+    ``trial_timeout_s`` defaults to half the budget (at least 2 s). ``knobs`` defaults to
+    :func:`default_knobs` (``compile`` opts in to torch.compile). The result is recorded
+    for the course report under ``record_as`` (None: not recorded).
+    """
+    start = time.perf_counter()
+    device = next(model.parameters()).device
+    threads = threads or torch.get_num_threads()
+    knobs = list(default_knobs(compile) if knobs is None else knobs)
+    timeout = trial_timeout_s or max(2.0, budget_s / 2)
+    loss_fn = loss_fn or nn.functional.cross_entropy
+    make_optimizer = make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
+
+    def fresh() -> Setup:
+        return Setup(copy.deepcopy(model), tuple(t.clone() for t in batch), device, threads,
+                     loss_fn, make_optimizer)
+
+    trials: list[Trial] = []
+    applicable = []
+    reasons: dict[str, str] = {}
+    for knob in knobs:
+        why = knob.check(fresh())
+        if why is None:
+            applicable.append(knob)
+        else:
+            trials.append(Trial(_label(knob), [_label(knob)], "not applicable", why))
+            reasons[_label(knob)] = f"not applicable: {why}"
+    base: Trial | None = None
+    for combo in _plan(applicable):
+        name = " + ".join(_label(k) for k in combo) or "baseline"
+        trial = Trial(name, [_label(k) for k in combo], "ok")
+        left = budget_s - (time.perf_counter() - start)
+        if left <= 0 or (combo and (base is None or base.status != "ok")):
+            trial.status = "skipped"
+            trial.reason = ("the time budget was spent" if left <= 0
+                            else "the baseline could not be measured")
+            trials.append(trial)
+            continue
+        setup = fresh()
+        try:
+            for knob in combo:
+                knob.apply(setup)
+        except Exception as err:
+            trial.status, trial.reason = "failed", f"{type(err).__name__}: {err}"
+            trials.append(trial)
+            continue
+        stop, out = threading.Event(), {}
+        worker = threading.Thread(target=_run, args=(setup, min(min_run_time, left / 4), stop, out),
+                                  daemon=True, name=f"torchhw-tune-{name}")
+        worker.start()
+        worker.join(min(timeout, max(left, 0.5)))
+        if worker.is_alive():
+            stop.set()
+            worker.join(timeout)  # the step in progress finishes, the next one stops
+            trial.status = "timed out"
+            trial.reason = f"still running after {min(timeout, max(left, 0.5)):.1f} s; stopped"
+            if worker.is_alive():
+                trial.reason += " (its last step is still finishing in the background)"
+        elif "error" in out:
+            err = out["error"]
+            trial.status, trial.reason = "failed", f"{type(err).__name__}: {err}".strip()
+        else:
+            r = out["result"]
+            trial.median_s, trial.iqr_s, trial.runs = r.median, r.iqr, r.runs
+            trial.times = list(r.measurement.times)
+            trial.first_step_s = out["first"]
+        if not combo:
+            base = trial
+        if trial.status == "ok" and base is not None and base.status == "ok":
+            trial.speedup, low, high = ratio_spread(base.times, trial.times)
+            trial.speedup = base.median_s / trial.median_s
+            trial.spread = (low, high)
+        trials.append(trial)
+
+    # trials in plan order come after the "not applicable" lines: sort into knob order
+    chosen = choose(trials)
+    chosen_knobs = set(chosen.knobs) if chosen else set()
+    for knob in applicable:
+        label = _label(knob)
+        alone = next((t for t in trials if t.knobs == [label]), None)
+        if alone is None or alone.status != "ok":
+            what = alone.status if alone else "not run"
+            reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
+        elif label in chosen_knobs:
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended trial "
+                              f"({chosen.name}) includes it")
+        elif (alone.speedup or 0) < MARGIN:
+            reasons[label] = f"left out: {alone.speedup:.2f}x alone, not {MARGIN:.2f}x or better"
+        else:
+            reasons[label] = (f"left out: {alone.speedup:.2f}x alone, but a configuration "
+                              f"without it does as well (within {MARGIN - 1:.0%})")
+    recommended = {k.name: k.value for k in knobs if _label(k) in chosen_knobs}
+    order = {_label(k): i for i, k in enumerate(knobs)}
+    trials.sort(key=lambda t: (t.knobs != [], len(t.knobs),
+                               [order.get(k, 99) for k in t.knobs]))
+    result = TuneResult(str(device), threads, budget_s, time.perf_counter() - start, trials,
+                        recommended, chosen.name if chosen else "baseline",
+                        chosen.speedup if chosen else 1.0,
+                        {_label(k): reasons[_label(k)] for k in knobs})
+    if record_as:
+        record(record_as, result.to_dict(), note="torchhw.tune: trials and recommendation")
+        record(f"{record_as} gain", result.gain, "x", result.recommended_trial)
+    return result

@@ -1,0 +1,125 @@
+"""The autotuner on a tiny model with a tiny budget: every knob is reported, failures and
+knobs that do not apply included, trials have deadlines, and the plan never changes."""
+
+import json
+import time
+
+import torch
+from torch import nn
+
+from torchhw import tune
+from torchhw.record import recorded
+
+
+def tiny():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+    batch = (torch.randn(8, 16), torch.randint(0, 3, (8,)))
+    return model, batch
+
+
+def noop(setup):
+    pass
+
+
+def broken(setup):
+    raise RuntimeError("this knob is broken on purpose")
+
+
+def slow(setup):
+    model = setup.model
+
+    class Slow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            time.sleep(0.2)
+            return self.inner(x)
+    setup.model = Slow()
+
+
+KNOBS = [
+    tune.Knob("fine", True, "does nothing", lambda s: None, noop),
+    tune.Knob("raises", True, "fails when applied", lambda s: None, broken),
+    tune.Knob("gpu_only", True, "never applies here", lambda s: "needs a unicorn", noop),
+]
+
+
+def run(knobs=KNOBS, **kw):
+    model, batch = tiny()
+    kw.setdefault("budget_s", 20)
+    kw.setdefault("threads", 1)  # one thread: a busy test machine makes more threads erratic
+    return tune.tune(model, batch, knobs=knobs, min_run_time=0.01, **kw)
+
+
+def test_every_knob_is_reported_with_its_reason():
+    result = run()
+    by_name = {t.name: t for t in result.trials}
+    assert by_name["baseline"].status == "ok" and by_name["baseline"].median_s > 0
+    assert by_name["fine=True"].status == "ok" and by_name["fine=True"].speedup > 0
+    assert by_name["raises=True"].status == "failed"
+    assert "broken on purpose" in by_name["raises=True"].reason
+    assert by_name["gpu_only=True"].status == "not applicable"
+    assert by_name["gpu_only=True"].reason == "needs a unicorn"
+    assert set(result.reasons) == {"fine=True", "raises=True", "gpu_only=True"}
+    assert "unicorn" in result.reasons["gpu_only=True"]
+    assert "failed" in result.reasons["raises=True"]
+    text = str(result)
+    assert "unicorn" in text and "broken on purpose" in text and "recommended" in text
+
+
+def test_the_plan_is_deterministic():
+    names = [[t.name for t in run().trials] for _ in range(2)]
+    assert names[0] == names[1] == [
+        "baseline", "fine=True", "raises=True", "gpu_only=True", "fine=True + raises=True"]
+
+
+def test_a_slow_trial_times_out_and_the_tuner_returns():
+    knobs = [tune.Knob("slow", True, "sleeps", lambda s: None, slow)]
+    start = time.perf_counter()
+    result = run(knobs, trial_timeout_s=0.5, budget_s=3)
+    assert time.perf_counter() - start < 4
+    slow_trial = [t for t in result.trials if t.name == "slow=True"][0]
+    assert slow_trial.status == "timed out", slow_trial
+    assert result.recommended == {} and result.recommended_trial == "baseline"
+
+
+def test_budget_spent_means_skipped_not_dropped():
+    result = run(budget_s=0.0001)
+    statuses = {t.name: t.status for t in result.trials}
+    assert statuses["baseline"] == "skipped" and statuses["fine=True"] == "skipped"
+    assert statuses["gpu_only=True"] == "not applicable"
+
+
+def test_result_is_json_and_recorded():
+    result = run(record_as="tune test")
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["recommended_trial"] == result.recommended_trial
+    assert recorded()["tune test"]["value"]["reasons"] == result.reasons
+
+
+def test_default_knobs_on_cpu_say_why_gpu_knobs_do_not_apply():
+    model, batch = tiny()
+    result = tune.tune(model, batch, budget_s=20, min_run_time=0.01, threads=1, record_as=None)
+    reasons = result.reasons
+    assert "CUDA" in reasons["cudnn_benchmark=True"] or torch.cuda.is_available()
+    assert "no convolution" in reasons["channels_last=True"]
+    assert "compile=True" in reasons["compile=True"]
+    assert len(reasons) == len(tune.default_knobs())
+
+
+def test_ratio_spread():
+    median, low, high = tune.ratio_spread([2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0])
+    assert median == low == high == 2.0
+
+
+def test_recommendation_prefers_fewer_knobs_within_the_margin():
+    make = lambda name, knobs, s: tune.Trial(name, knobs, "ok", speedup=s)
+    trials = [make("baseline", [], 1.0), make("a=1", ["a=1"], 2.0), make("b=1", ["b=1"], 0.7),
+              make("a=1 + b=1", ["a=1", "b=1"], 2.05)]
+    assert tune.choose(trials).name == "a=1"
+    trials[-1].speedup = 3.0
+    assert tune.choose(trials).name == "a=1 + b=1"
+    assert tune.choose([make("baseline", [], 1.0), make("a=1", ["a=1"], 1.02)]) is None
