@@ -19,7 +19,7 @@ def notebook_paths() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
-LEFTOVER_MARKS = ("torch.distributed.run", "torchhw.workers", "multiprocessing.spawn",
+LEFTOVER_MARKS = ("torch.distributed.run", "fixtures_distributed", "multiprocessing.spawn",
                   "ipykernel_launcher", "jupyter-lab", "chrom")
 
 

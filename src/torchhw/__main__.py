@@ -115,7 +115,7 @@ def _binder(args: argparse.Namespace) -> int:
 def _stress(args: argparse.Namespace) -> int:
     import time
 
-    from .distributed import stress
+    from .stress import stress
 
     start = time.monotonic()
     failures = stress(args.runs)
