@@ -54,6 +54,7 @@ class RankInfo:
     world_size: int
     backend: str
     device: str
+    init_method: str = ""   # where the ranks meet (a file), for a function that joins itself
 
 
 def free_port() -> int:
@@ -109,7 +110,7 @@ def _watch_parent(parent: int) -> None:
 
 def _child(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, world_size: int,
            backend: str, device: str, init_method: str, workdir: str, threads: int,
-           collective_timeout: float, parent: int) -> None:
+           collective_timeout: float, parent: int, init_group: bool = True) -> None:
     log = os.open(os.path.join(workdir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # fd level, so C++ messages (gloo, NCCL) are captured too
     os.dup2(log, 2)
@@ -124,18 +125,20 @@ def _child(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, world_size:
         torch.set_num_threads(threads)
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
-        dist.init_process_group(backend, init_method=init_method, rank=rank,
-                                world_size=world_size,
-                                timeout=timedelta(seconds=collective_timeout))
+        if init_group:
+            dist.init_process_group(backend, init_method=init_method, rank=rank,
+                                    world_size=world_size,
+                                    timeout=timedelta(seconds=collective_timeout))
         try:
-            result = fn(RankInfo(rank, world_size, backend, device), *args)
+            result = fn(RankInfo(rank, world_size, backend, device, init_method), *args)
         except BaseException:
             # record the cause *before* exiting: exiting breaks the peers' connections, and
             # their errors must not look like the first failure
             out.with_suffix(".error").write_text(traceback.format_exc())
             raise
-        dist.barrier()  # everyone done before tearing down: avoids aborts at shutdown
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.barrier()  # everyone done before tearing down: avoids aborts at shutdown
+            dist.destroy_process_group()
         tmp = out.with_suffix(".tmp")
         tmp.write_bytes(pickle.dumps(result))
         tmp.replace(out.with_suffix(".result"))
@@ -194,13 +197,16 @@ def stop_processes(procs: Sequence[psutil.Process], grace: float = 3.0) -> None:
 
 def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
            device: Any = "cpu", threads: int = 1, timeout: float = 120,
-           collective_timeout: float = 30, echo: Callable[[str], None] | None = print) -> list[Any]:
+           collective_timeout: float = 30, init_group: bool = True,
+           echo: Callable[[str], None] | None = print) -> list[Any]:
     """Run ``fn(RankInfo, *args)`` on ``nprocs`` spawned processes; return each rank's result.
 
     - ``device``: the kind of hardware every rank runs on (see :func:`placement`).
     - ``threads``: intra-op threads per rank (1 by default: N ranks on N cores).
     - ``timeout``: seconds for the whole job; ``collective_timeout``: for one collective
       (and the rendezvous), so a rank waiting for a dead peer fails instead of hanging.
+    - ``init_group``: join the ranks in a process group before calling ``fn`` (False: ``fn``
+      calls ``init_process_group`` itself with ``info.backend`` and ``info.init_method``).
     - ``echo``: where rank output goes, line by line with a ``[rank N]`` prefix (None: nowhere).
 
     Raises RankFailed (with the traceback) when a rank raises or dies, LaunchTimeout past
@@ -220,12 +226,13 @@ def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
         echo("note: gloo cannot use MPS tensors; the ranks run on the CPU")
     with tempfile.TemporaryDirectory(prefix="torchhw-launch-") as folder:
         return _run(fn, tuple(args), nprocs, backend, devices, Path(folder), threads, timeout,
-                    collective_timeout, echo)
+                    collective_timeout, init_group, echo)
 
 
 def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: str,
          devices: list[str], workdir: Path, threads: int, timeout: float,
-         collective_timeout: float, echo: Callable[[str], None] | None) -> list[Any]:
+         collective_timeout: float, init_group: bool,
+         echo: Callable[[str], None] | None) -> list[Any]:
     init_method = f"file://{workdir / 'rendezvous'}"
     ctx = mp.get_context("spawn")
     procs: list[Any] = []
@@ -236,7 +243,8 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
             for rank in range(nprocs):
                 p = ctx.Process(target=_child, name=f"torchhw-rank{rank}",
                                 args=(fn, args, rank, nprocs, backend, devices[rank], init_method,
-                                      str(workdir), threads, collective_timeout, os.getpid()))
+                                      str(workdir), threads, collective_timeout, os.getpid(),
+                                      init_group))
                 p.start()
                 procs.append(p)
                 handles.append(psutil.Process(p.pid))
