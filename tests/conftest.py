@@ -26,7 +26,7 @@ def notebook_paths() -> list[Path]:
     return discover(NOTEBOOKS)
 
 
-LEFTOVER_MARKS = ("torch.distributed.run", "torchhw.workers", "multiprocessing.spawn",
+LEFTOVER_MARKS = ("torch.distributed.run", "fixtures_distributed", "multiprocessing.spawn",
                   "ipykernel_launcher", "jupyter-lab", "chrom")
 
 

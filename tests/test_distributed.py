@@ -1,5 +1,6 @@
 """The launcher and the torchrun route: results, prefixed output, and no process left behind
-after a crash, a time-out or an interrupt. Each test starts real processes (a few s each)."""
+after a crash, a time-out or an interrupt; restarts across nodes. Each test starts real
+processes (a few s each). The ranks run functions of tests/fixtures_distributed.py."""
 
 import signal
 import subprocess
@@ -7,11 +8,15 @@ import sys
 import textwrap
 import time
 
+import json
+from pathlib import Path
+
 import psutil
 import pytest
 
+import fixtures_distributed as workers
+from torchhw import agents
 from torchhw import distributed as d
-from torchhw import workers
 
 from conftest import leftovers
 
@@ -57,14 +62,17 @@ def test_functions_from_the_notebook_are_refused_with_advice():
         d.launch(local, 2)
 
 
-SCRIPT = textwrap.dedent("""
+FIXTURES = str(Path(__file__).with_name("fixtures_distributed.py"))
+SCRIPT = textwrap.dedent(f"""
     import sys
-    from torchhw import distributed, workers
+    sys.path.insert(0, {str(Path(__file__).parent)!r})
+    import fixtures_distributed as workers
+    from torchhw import agents, distributed
     if __name__ == "__main__":
         if sys.argv[1] == "launch":
             distributed.launch(workers.sleep_forever, 2, timeout=120)
         else:
-            distributed.torchrun("torchhw.workers", ["sleep"], nproc_per_node=2, timeout=120)
+            agents.torchrun({FIXTURES!r}, ["sleep"], nproc_per_node=2, timeout=120)
 """)
 
 
@@ -95,8 +103,9 @@ def test_an_interrupt_leaves_nothing_running(tmp_path, route):
 
 def test_torchrun_crash_without_restarts_fails_clearly(tmp_path):
     with pytest.raises(d.RankFailed, match="exited with code") as err:
-        d.torchrun("torchhw.workers", ["train", "--steps", "6", "--crash-at", "3",
-                                       "--crash-marker", str(tmp_path / "m")],
+        agents.torchrun(FIXTURES, ["train", "--steps", "6", "--crash-at", "3", "--every", "2",
+                                   "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "r"),
+                                   "--crash-marker", str(tmp_path / "m")],
                    nproc_per_node=2, echo=None, timeout=90)
     assert "injected fault" in str(err.value) or "[rank" in str(err.value)
     assert not leftovers()
@@ -104,14 +113,54 @@ def test_torchrun_crash_without_restarts_fails_clearly(tmp_path):
 
 def test_torchrun_timeout_stops_agent_and_workers():
     with pytest.raises(d.LaunchTimeout):
-        d.torchrun("torchhw.workers", ["sleep"], nproc_per_node=2, timeout=6, echo=None)
+        agents.torchrun(FIXTURES, ["sleep"], nproc_per_node=2, timeout=6, echo=None)
     assert not leftovers()
 
 
 def test_torchrun_command_shapes():
-    single = d.torchrun_command("m", ["a"], nproc_per_node=4)
+    single = agents.torchrun_command("m", ["a"], nproc_per_node=4)
     assert "--standalone" in single and single[-3:] == ["-m", "m", "a"]
-    multi = d.torchrun_command("m", nproc_per_node=2, nnodes=2, rdzv_endpoint="127.0.0.1:1234")
+    script = agents.torchrun_command("train.py", ["a"], launcher=["torchrun"])
+    assert script[0] == "torchrun" and script[-2:] == ["train.py", "a"]
+    multi = agents.torchrun_command("m", nproc_per_node=2, nnodes=2, rdzv_endpoint="127.0.0.1:1234")
     assert "--nnodes=2" in multi and "--rdzv-backend=c10d" in multi and "--standalone" not in multi
     with pytest.raises(ValueError, match="rdzv_endpoint"):
-        d.torchrun_command("m", nnodes=2)
+        agents.torchrun_command("m", nnodes=2)
+
+
+def test_launch_honours_the_device_and_cleans_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    results = d.launch(workers.collectives, 2, device="cpu", echo=None)
+    assert [r["device"] for r in results] == ["cpu", "cpu"]
+    assert d.placement(2, "cpu") == ("gloo", ["cpu", "cpu"])
+    assert d.placement(1, "mps") == ("gloo", ["cpu"])
+    assert not list(tmp_path.glob("torchhw-launch-*")), "launch left its folder behind"
+
+
+def test_environ_restores():
+    import os
+    os.environ.pop("TORCHHW_T", None)
+    with d.environ(TORCHHW_T="1"):
+        assert os.environ["TORCHHW_T"] == "1"
+    assert "TORCHHW_T" not in os.environ
+
+
+def test_a_crash_on_the_second_node_resumes_to_the_same_weights(tmp_path):
+    """2 nodes x 1 rank on 127.0.0.1; the second node's worker dies once after step 5.
+    The agents restart, agree on a fresh store prefix, rank 0 decides to resume from step 4,
+    and the final parameters hash the same as without the fault."""
+    def run(name, crash):
+        args = ["train", "--steps", "8", "--every", "4", "--checkpoint", str(tmp_path / f"{name}.pt"),
+                "--out", str(tmp_path / f"{name}.json")]
+        if crash:
+            args += ["--crash-at", "5", "--crash-node", "1", "--crash-marker", str(tmp_path / "m")]
+        out = agents.torchrun(FIXTURES, args, nproc_per_node=1, nnodes=2, echo=None, timeout=120,
+                              max_restarts=1 if crash else 0)
+        return json.loads((tmp_path / f"{name}.json").read_text()), "\n".join(r.output for r in out)
+    calm, _ = run("calm", False)
+    faulty, text = run("faulty", True)
+    assert (tmp_path / "m").exists() and "resumed from step 4" in text
+    assert faulty["generation"] > calm["generation"] - 1 and faulty["digest"] == calm["digest"]
+    assert not leftovers()

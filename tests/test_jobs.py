@@ -1,9 +1,27 @@
-"""One job description, consistent as a torchrun command, a Slurm script and a PyTorchJob."""
+"""One job description, two schedulers: the Slurm script and the PyTorchJob are checked by
+running them. The Slurm script runs under stand-ins for srun and scontrol (tests/slurm_standin)
+that start one torchrun agent per node on 127.0.0.1 with the SLURM_* variables; the PyTorchJob
+validates against the Kubeflow training operator's models and its container command runs once
+per replica with the PET_* variables the operator sets. Both survive an injected crash."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from torchhw import jobs
+from torchhw import agents, jobs
+from torchhw.distributed import free_port
+
+from conftest import leftovers
+
+HERE = Path(__file__).parent
+FIXTURES = str(HERE / "fixtures_distributed.py")
+STANDIN = HERE / "slurm_standin"
 
 
 @pytest.fixture(params=[dict(nodes=2, gpus_per_node=4), dict(nodes=3, cpus_per_proc=8), dict(nodes=1)])
@@ -15,43 +33,55 @@ def test_slurm_script_matches_the_job(job):
     script = jobs.slurm_script(job)
     assert script.startswith("#!/bin/bash\n")
     assert f"#SBATCH --nodes={job.nodes}\n" in script
-    assert "#SBATCH --ntasks-per-node=1" in script
     assert f"#SBATCH --cpus-per-task={job.cpus_per_proc * job.procs_per_node}\n" in script
-    assert f"#SBATCH --mem={job.memory_gib}G" in script
     assert (f"#SBATCH --gpus-per-node={job.gpus_per_node}" in script) == bool(job.gpus_per_node)
-    run = [l for l in script.splitlines() if l.startswith("srun ")][0]
-    assert f"--nnodes={job.nodes}" in run and f"--nproc-per-node={job.procs_per_node}" in run
-    assert "--rdzv-endpoint=$head_node:29500" in run and "--rdzv-id=$SLURM_JOB_ID" in run
-    assert run.endswith("-m torchhw.workers train --steps 100")
+    assert "#SBATCH --requeue" in script and "--signal=B:USR1@" in script
+    assert 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1' in script
+    assert "source /shared/venv/bin/activate" in script
+    assert f"--nnodes={job.nodes}" in script and "--rdzv-backend=c10d" in script
 
 
-def test_pytorchjob_manifest_parses_and_matches_the_job(job):
+def test_slurm_script_passes_shellcheck(tmp_path, job):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck; .ci/run does)")
+    path = tmp_path / "job.sbatch"
+    path.write_text(jobs.slurm_script(job))
+    result = subprocess.run(["shellcheck", "--shell=bash", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def kubeflow_round_trip(manifest):
+    """Deserialize with the training operator's SDK models, serialize again: required fields
+    missing raise, unknown fields vanish (so the round trip differs)."""
+    models = pytest.importorskip("kubeflow.training", reason="pip install kubeflow-training")
+    from kubeflow.training.api_client import ApiClient
+
+    client = ApiClient()
+    obj = client._ApiClient__deserialize(manifest, "KubeflowOrgV1PyTorchJob")
+    assert isinstance(obj, models.KubeflowOrgV1PyTorchJob)
+    return client.sanitize_for_serialization(obj)
+
+
+def test_pytorchjob_validates_against_the_operator_models(job):
     manifest = yaml.safe_load(jobs.pytorchjob_yaml(job))
-    assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
-    assert manifest["metadata"]["name"] == "digits-ddp"
+    assert kubeflow_round_trip(manifest) == manifest
     spec = manifest["spec"]
-    assert spec["nprocPerNode"] == str(job.procs_per_node)
-    replicas = spec["pytorchReplicaSpecs"]
-    assert replicas["Master"]["replicas"] == 1
-    assert sum(r["replicas"] for r in replicas.values()) == job.nodes
-    for r in replicas.values():
-        (container,) = r["template"]["spec"]["containers"]
-        assert container["name"] == "pytorch" and container["image"]
-        limits = container["resources"]["limits"]
-        assert limits["cpu"] == str(job.cpus_per_proc * job.procs_per_node)
-        assert limits["memory"] == f"{job.memory_gib}Gi"
-        assert limits.get("nvidia.com/gpu", 0) == job.gpus_per_node
-        cmd = container["command"]
-        assert cmd[0] == "torchrun" and f"--nnodes={job.nodes}" in cmd
-        assert cmd[-5:] == ["-m", "torchhw.workers", "train", "--steps", "100"]
+    assert spec["elasticPolicy"]["rdzvBackend"] == "c10d"
+    assert spec["elasticPolicy"]["minReplicas"] == spec["elasticPolicy"]["maxReplicas"] == job.nodes
+    assert spec["runPolicy"]["backoffLimit"] == job.max_restarts
+    pod = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert "persistentVolumeClaim" in volumes[mounts[job.shared_dir]]
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits["cpu"] == str(job.cpus_per_node) and limits.get("nvidia.com/gpu", "0") == str(job.gpus_per_node)
 
 
-def test_the_three_forms_run_the_same_command(job):
-    tail = jobs.torchrun_args(job, "h:1")[-5:]
-    manifest = jobs.pytorchjob(job)
-    k8s = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert k8s[-5:] == tail
-    assert jobs.slurm_script(job).rstrip().endswith(" ".join(tail))
+def test_a_misspelt_field_is_caught():
+    manifest = jobs.pytorchjob(jobs.Job("x"))
+    manifest["spec"]["elasticPolicy"]["rdzvBackedn"] = "c10d"
+    assert kubeflow_round_trip(manifest) != manifest
 
 
 def test_bad_jobs_are_refused():
@@ -59,3 +89,53 @@ def test_bad_jobs_are_refused():
         jobs.Job("x", gpus_per_node=2, procs_per_node=4)
     with pytest.raises(ValueError, match="lower-case"):
         jobs.Job("My_Job")
+
+
+# --------------------------------------------------------------------------- run them
+
+def small_job(tmp_path, crash: bool) -> jobs.Job:
+    args = ["train", "--steps", "8", "--every", "4", "--checkpoint", str(tmp_path / "ckpt.pt"),
+            "--out", str(tmp_path / "result.json")]
+    if crash:
+        args += ["--crash-at", "5", "--crash-node", "1", "--crash-marker", str(tmp_path / "crashed")]
+    venv = Path(sys.executable).parent
+    return jobs.Job("small", script=FIXTURES, args=args, nodes=2, cpus_per_proc=1, max_restarts=1,
+                    setup=[f'export PATH="{venv}:$PATH"'])
+
+
+@pytest.fixture(scope="module")
+def calm_digest(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("calm")
+    agents.torchrun(FIXTURES, small_job(folder, crash=False).args, nproc_per_node=2, echo=None,
+                    timeout=120)
+    return json.loads((folder / "result.json").read_text())["digest"]
+
+
+def test_the_slurm_script_runs_and_survives_a_crash(tmp_path, calm_digest):
+    job = small_job(tmp_path, crash=True)
+    script = tmp_path / "job.sbatch"
+    script.write_text(jobs.slurm_script(job))
+    env = dict(os.environ, PATH=f"{STANDIN}:{os.environ['PATH']}", SLURM_JOB_ID=str(free_port()),
+               SLURM_JOB_NODELIST="node[0-1]", SLURM_NNODES="2", SLURM_CPUS_PER_TASK="1",
+               SLURM_JOB_NAME=job.name)
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert (tmp_path / "crashed").exists() and "resumed from step 4" in result.stdout
+    assert json.loads((tmp_path / "result.json").read_text())["digest"] == calm_digest
+    assert not leftovers()
+
+
+def test_the_pytorchjob_command_runs_per_replica_and_survives_a_crash(tmp_path, calm_digest):
+    job = small_job(tmp_path, crash=True)
+    manifest = jobs.pytorchjob(job)
+    worker = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]
+    command = worker["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "torchrun"
+    launcher = [sys.executable, "-m", "torch.distributed.run"]
+    env = jobs.operator_env(job, f"127.0.0.1:{free_port()}")
+    results = agents.run_agents([launcher + command[1:]] * worker["replicas"], envs=[env] * worker["replicas"],
+                                echo=None, timeout=180)
+    assert all(r.returncode == 0 for r in results), results[0].output[-3000:]
+    assert (tmp_path / "crashed").exists()
+    assert json.loads((tmp_path / "result.json").read_text())["digest"] == calm_digest
+    assert not leftovers()

@@ -1,44 +1,39 @@
-"""Running a function on N processes from a notebook or a script, and torchrun from Python.
+"""Running a function on N processes from a notebook or a script.
 
-Two routes, one promise: output shown with each rank's prefix, errors that carry the failing
+One promise: output shown with each rank's prefix, errors that carry the failing
 rank's traceback, bounded time, and no process left behind, whether a rank crashes, a
 collective hangs, or the reader presses stop.
 
-1. :func:`launch` starts ``nprocs`` processes with the *spawn* start method (fork deadlocks once
+- :func:`launch` starts ``nprocs`` processes with the *spawn* start method (fork deadlocks once
    the parent has run an OpenMP op), joins them in a process group (gloo on CPU, NCCL when
    there is a GPU per rank) through a file-based rendezvous (no ports to collide), and
    returns each rank's return value::
 
-       results = launch(workers.collectives, nprocs=2)
+       results = launch(lesson.collectives, nprocs=2, device=device)
 
-   The function must be importable from a module (``torchhw.workers`` or your own file):
-   a function defined in a notebook cannot be pickled into a spawned process.
+   The function must be importable from a module (a file the notebook writes, for example):
+   a function defined in a notebook cell cannot be pickled into a spawned process. The
+   ``device`` decides where every rank runs, so two runs never compare different hardware.
 
-2. :func:`torchrun` builds and runs ``python -m torch.distributed.run ... -m module`` for one
-   node (``--standalone``) or several simulated on this machine (c10d rendezvous on
-   127.0.0.1), with the same clean-up guarantees. Stopping torchrun takes SIGTERM to the
-   agent, which stops its workers; killing the agent's process group is not enough, since
-   workers run in process groups of their own.
+torchrun, which starts processes on one or several nodes, lives in :mod:`torchhw.agents`.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import signal
 import socket
 import sys
 import tempfile
 import threading
 import time
 import traceback
-import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 import multiprocessing as mp
-import subprocess
 
 import psutil
 
@@ -59,6 +54,7 @@ class RankInfo:
     world_size: int
     backend: str
     device: str
+    init_method: str = ""   # where the ranks meet (a file), for a function that joins itself
 
 
 def free_port() -> int:
@@ -68,13 +64,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def choose_backend(nprocs: int, backend: str = "auto") -> str:
-    """'nccl' when there is a CUDA GPU for every rank, else 'gloo' (or what was asked)."""
-    if backend != "auto":
-        return backend
-    from .device import cuda_count
+def placement(nprocs: int, device: Any = "cpu") -> tuple[str, list[str]]:
+    """The backend and each rank's device for ``nprocs`` ranks on ``device``'s kind of hardware.
 
-    return "nccl" if cuda_count() >= nprocs else "gloo"
+    CUDA with a GPU per rank: NCCL, one GPU each. CUDA with fewer GPUs than ranks: gloo, ranks
+    sharing the GPUs (NCCL refuses two ranks on one GPU), still on the GPU. CPU: gloo. MPS:
+    gloo cannot move MPS tensors, so the ranks run on the CPU (:func:`launch` says so).
+    """
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ValueError("device is cuda but this machine has no CUDA GPU")
+        backend = "nccl" if gpus >= nprocs else "gloo"
+        return backend, [f"cuda:{r % gpus}" for r in range(nprocs)]
+    return "gloo", ["cpu"] * nprocs
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration of a ``with`` block, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # --------------------------------------------------------------------------- the child side
@@ -88,8 +109,8 @@ def _watch_parent(parent: int) -> None:
 
 
 def _child(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, world_size: int,
-           backend: str, init_method: str, workdir: str, threads: int,
-           collective_timeout: float, parent: int) -> None:
+           backend: str, device: str, init_method: str, workdir: str, threads: int,
+           collective_timeout: float, parent: int, init_group: bool = True) -> None:
     log = os.open(os.path.join(workdir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # fd level, so C++ messages (gloo, NCCL) are captured too
     os.dup2(log, 2)
@@ -102,22 +123,22 @@ def _child(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, world_size:
         import torch.distributed as dist
 
         torch.set_num_threads(threads)
-        device = "cpu"
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-            device = f"cuda:{rank}"
-        dist.init_process_group(backend, init_method=init_method, rank=rank,
-                                world_size=world_size,
-                                timeout=timedelta(seconds=collective_timeout))
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        if init_group:
+            dist.init_process_group(backend, init_method=init_method, rank=rank,
+                                    world_size=world_size,
+                                    timeout=timedelta(seconds=collective_timeout))
         try:
-            result = fn(RankInfo(rank, world_size, backend, device), *args)
+            result = fn(RankInfo(rank, world_size, backend, device, init_method), *args)
         except BaseException:
             # record the cause *before* exiting: exiting breaks the peers' connections, and
             # their errors must not look like the first failure
             out.with_suffix(".error").write_text(traceback.format_exc())
             raise
-        dist.barrier()  # everyone done before tearing down: avoids aborts at shutdown
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.barrier()  # everyone done before tearing down: avoids aborts at shutdown
+            dist.destroy_process_group()
         tmp = out.with_suffix(".tmp")
         tmp.write_bytes(pickle.dumps(result))
         tmp.replace(out.with_suffix(".result"))
@@ -175,50 +196,59 @@ def stop_processes(procs: Sequence[psutil.Process], grace: float = 3.0) -> None:
 
 
 def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
-           backend: str = "auto", threads: int = 1, timeout: float = 120,
-           collective_timeout: float = 30, echo: Callable[[str], None] | None = print) -> list[Any]:
+           device: Any = "cpu", threads: int = 1, timeout: float = 120,
+           collective_timeout: float = 30, init_group: bool = True,
+           echo: Callable[[str], None] | None = print) -> list[Any]:
     """Run ``fn(RankInfo, *args)`` on ``nprocs`` spawned processes; return each rank's result.
 
+    - ``device``: the kind of hardware every rank runs on (see :func:`placement`).
     - ``threads``: intra-op threads per rank (1 by default: N ranks on N cores).
     - ``timeout``: seconds for the whole job; ``collective_timeout``: for one collective
       (and the rendezvous), so a rank waiting for a dead peer fails instead of hanging.
+    - ``init_group``: join the ranks in a process group before calling ``fn`` (False: ``fn``
+      calls ``init_process_group`` itself with ``info.backend`` and ``info.init_method``).
     - ``echo``: where rank output goes, line by line with a ``[rank N]`` prefix (None: nowhere).
 
     Raises RankFailed (with the traceback) when a rank raises or dies, LaunchTimeout past
-    ``timeout``; in every case, and on KeyboardInterrupt, all ranks are stopped first.
+    ``timeout``; in every case, and on KeyboardInterrupt, all ranks are stopped first and the
+    temporary folder (logs, rendezvous file, results) is removed.
     """
     if getattr(fn, "__module__", "__main__") == "__main__":
         raise ValueError(
             f"{getattr(fn, '__name__', fn)!r} is defined in the notebook (module __main__), so "
-            f"spawned processes cannot import it. Put it in a .py file next to the notebook and "
-            f"import it from there, or use one from torchhw.workers."
+            f"spawned processes cannot import it. Put it in a .py file (a cell can write one "
+            f"with %%writefile) and import it from there."
         )
     if nprocs < 1:
         raise ValueError(f"nprocs must be at least 1, got {nprocs}")
-    backend = choose_backend(nprocs, backend)
-    workdir = Path(tempfile.mkdtemp(prefix="torchhw-launch-"))
+    backend, devices = placement(nprocs, device)
+    if str(device).startswith("mps") and echo:
+        echo("note: gloo cannot use MPS tensors; the ranks run on the CPU")
+    with tempfile.TemporaryDirectory(prefix="torchhw-launch-") as folder:
+        return _run(fn, tuple(args), nprocs, backend, devices, Path(folder), threads, timeout,
+                    collective_timeout, init_group, echo)
+
+
+def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: str,
+         devices: list[str], workdir: Path, threads: int, timeout: float,
+         collective_timeout: float, init_group: bool,
+         echo: Callable[[str], None] | None) -> list[Any]:
     init_method = f"file://{workdir / 'rendezvous'}"
     ctx = mp.get_context("spawn")
-    saved_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     procs: list[Any] = []
     tail = _Tail([workdir / f"rank{r}.log" for r in range(nprocs)], echo or (lambda line: None))
+    handles: list[psutil.Process] = []
     try:
-        for rank in range(nprocs):
-            p = ctx.Process(target=_child, name=f"torchhw-rank{rank}",
-                            args=(fn, tuple(args), rank, nprocs, backend, init_method,
-                                  str(workdir), threads, collective_timeout, os.getpid()))
-            p.start()
-            procs.append(p)
-    finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    handles = [psutil.Process(p.pid) for p in procs]
-    deadline = time.monotonic() + timeout
-    try:
+        with environ(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
+            for rank in range(nprocs):
+                p = ctx.Process(target=_child, name=f"torchhw-rank{rank}",
+                                args=(fn, args, rank, nprocs, backend, devices[rank], init_method,
+                                      str(workdir), threads, collective_timeout, os.getpid(),
+                                      init_group))
+                p.start()
+                procs.append(p)
+                handles.append(psutil.Process(p.pid))
+        deadline = time.monotonic() + timeout
         while True:
             tail.poll()
             codes = [p.exitcode for p in procs]
@@ -254,176 +284,3 @@ def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
         stop_processes(handles)
         for p in procs:
             p.join(timeout=1)
-
-
-# --------------------------------------------------------------------------- torchrun
-
-@dataclass
-class RunResult:
-    """What a torchrun job printed and how it ended."""
-
-    returncode: int
-    output: str
-    seconds: float
-
-
-def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: int = 2,
-                     nnodes: int = 1, rdzv_endpoint: str | None = None,
-                     rdzv_id: str = "torchhw", max_restarts: int = 0,
-                     python: str | None = None) -> list[str]:
-    """The argv of ``python -m torch.distributed.run`` for ``module`` (single node: standalone)."""
-    cmd = [python or sys.executable, "-m", "torch.distributed.run",
-           f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
-           "--monitor-interval=0.5"]
-    if nnodes == 1 and rdzv_endpoint is None:
-        cmd.append("--standalone")
-    else:
-        if rdzv_endpoint is None:
-            raise ValueError("a multi-node job needs rdzv_endpoint='host:port'")
-        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-                f"--rdzv-id={rdzv_id}"]
-    return cmd + ["-m", module, *args]
-
-
-def _agent_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 and print a banner about it
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def stop_agent(agent: subprocess.Popen[Any], grace: float = 10.0) -> None:
-    """Stop a torchrun agent and its workers: SIGTERM to the agent, then kill what remains."""
-    try:
-        workers = psutil.Process(agent.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        workers = []
-    if agent.poll() is None:
-        agent.send_signal(signal.SIGTERM)  # the agent forwards it to its workers
-        try:
-            agent.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait()
-    stop_processes(workers, grace=grace / 2)
-
-
-def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threads: int = 1,
-               prefixes: Sequence[str] | None = None,
-               echo: Callable[[str], None] | None = print) -> list[RunResult]:
-    """Run torchrun agents side by side (one per simulated node); stream and return output.
-
-    Raises LaunchTimeout past ``timeout``. Every agent and worker is stopped on return,
-    on error and on KeyboardInterrupt.
-    """
-    echo = echo or (lambda line: None)
-    prefixes = list(prefixes or [f"[node {i}] " if len(commands) > 1 else "" for i in range(len(commands))])
-    start = time.monotonic()
-    agents: list[subprocess.Popen[str]] = []
-    outputs: list[list[str]] = [[] for _ in commands]
-    readers = []
-    lock = threading.Lock()
-
-    def read(i: int, stream: Any) -> None:
-        for line in stream:
-            line = line.rstrip("\n")
-            outputs[i].append(line)
-            with lock:
-                echo(prefixes[i] + line)
-
-    try:
-        for i, cmd in enumerate(commands):
-            agent = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=_agent_env(threads), start_new_session=True)
-            agents.append(agent)
-            t = threading.Thread(target=read, args=(i, agent.stdout), daemon=True)
-            t.start()
-            readers.append(t)
-        for agent in agents:
-            left = timeout - (time.monotonic() - start)
-            try:
-                agent.wait(timeout=max(left, 0.01))
-            except subprocess.TimeoutExpired:
-                with lock:
-                    tail = "\n".join(prefixes[i] + line for i, out in enumerate(outputs)
-                                     for line in out[-15:])
-                raise LaunchTimeout(f"torchrun was still running after {timeout:g} s and was "
-                                    f"stopped with its workers. Last lines:\n{tail}") from None
-        for t in readers:
-            t.join(timeout=5)
-        seconds = time.monotonic() - start
-        return [RunResult(a.returncode, "\n".join(o), seconds) for a, o in zip(agents, outputs)]
-    finally:
-        for agent in agents:
-            stop_agent(agent)
-
-
-def torchrun(module: str, args: Sequence[str] = (), *, nproc_per_node: int = 2, nnodes: int = 1,
-             max_restarts: int = 0, timeout: float = 120, threads: int = 1,
-             check: bool = True, echo: Callable[[str], None] | None = print) -> list[RunResult]:
-    """Run ``module`` under torchrun: one standalone node, or ``nnodes`` agents on this
-    machine meeting through c10d rendezvous on 127.0.0.1 (a multi-node job, simulated).
-
-    Returns one RunResult per node. With ``check``, a non-zero exit raises RankFailed with
-    the end of the output.
-    """
-    if nnodes == 1:
-        commands = [torchrun_command(module, args, nproc_per_node=nproc_per_node,
-                                     max_restarts=max_restarts)]
-    else:
-        endpoint = f"127.0.0.1:{free_port()}"
-        rdzv_id = f"torchhw-{uuid.uuid4().hex[:8]}"
-        commands = [torchrun_command(module, args, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                                     rdzv_endpoint=endpoint, rdzv_id=rdzv_id,
-                                     max_restarts=max_restarts) for _ in range(nnodes)]
-    results = run_agents(commands, timeout=timeout, threads=threads, echo=echo)
-    bad = [i for i, r in enumerate(results) if r.returncode != 0]
-    if check and bad:
-        lines = results[bad[0]].output.splitlines()
-        # the workers' own tracebacks (torchrun prefixes them '[rankN]:') say more than its summary
-        worker = [line for line in lines if line.startswith("[rank")][-30:]
-        tail = "\n".join(worker + ["..."] + lines[-12:] if worker else lines[-25:])
-        raise RankFailed(f"torchrun on node {bad[0]} exited with code {results[bad[0]].returncode}; "
-                         f"every agent and worker was stopped. Output:\n{tail}")
-    return results
-
-
-# --------------------------------------------------------------------------- stress
-
-def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, list[str]]:
-    """Run the 2-rank launch and the 2-node x 2-rank torchrun job ``runs`` times each.
-
-    Returns the failures of each ('launch', 'torchrun'); a run fails when it raises, exits
-    non-zero, prints the shutdown abort seen on this kind of machine ("terminate called
-    without an active exception"), or leaves a process running.
-    """
-    from . import workers
-
-    def descendants() -> set[int]:
-        return {p.pid for p in psutil.Process().children(recursive=True)
-                if "resource_tracker" not in " ".join(p.cmdline())}
-
-    failures: dict[str, list[str]] = {"launch": [], "torchrun": []}
-    for i in range(1, runs + 1):
-        for kind in failures:
-            start = time.monotonic()
-            before = len(failures[kind])
-            try:
-                if kind == "launch":
-                    out: list[str] = []
-                    launch(workers.hello, 2, echo=out.append, timeout=90)
-                    text = "\n".join(out)
-                else:
-                    text = "\n".join(r.output for r in torchrun(
-                        "torchhw.workers", ["hello"], nproc_per_node=2, nnodes=2, echo=None,
-                        timeout=120))
-                if "terminate called" in text:
-                    raise RuntimeError("shutdown abort: " + text[-300:])
-                left = descendants()
-                if left:
-                    raise RuntimeError(f"processes left running: {sorted(left)}")
-            except Exception as err:
-                failures[kind].append(f"run {i}: {type(err).__name__}: {str(err)[:500]}")
-            status = "ok" if len(failures[kind]) == before else "FAILED"
-            echo(f"{kind:<8} run {i:>3}/{runs}: {status} ({time.monotonic() - start:.1f} s)")
-    return failures

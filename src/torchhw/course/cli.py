@@ -133,7 +133,7 @@ def _portability(args: argparse.Namespace) -> int:
 def _stress(args: argparse.Namespace) -> int:
     import time
 
-    from ..distributed import stress
+    from .stress import stress
 
     start = time.monotonic()
     failures = stress(args.runs)

@@ -1,4 +1,4 @@
-"""Exercises of notebook 07 (DDP): sharding, loss scaling, and what communication costs."""
+"""Exercises of notebook 07 (DDP): sharding, loss scaling, what communication costs, memory."""
 
 from __future__ import annotations
 
@@ -35,11 +35,50 @@ def check_2(scale: Callable[[int, str], float]) -> str:
 
 @exercise(3, "the speed-up DDP can reach",
           hint="with N ranks the computation takes t / N, but every step also pays the "
-               "all-reduce time c, which does not shrink: speed-up = t / (t / N + c).")
+               "all-reduce time c, which does not shrink: speed-up = t / (t / N + c). One rank "
+               "alone communicates with nobody: its speed-up is 1.")
 def check_3(speedup: Callable[[float, float, int], float]) -> str:
     for t, c, n in [(1.0, 0.0, 4), (1.0, 0.1, 4), (0.02, 0.01, 8), (3.0, 0.5, 1)]:
-        close(speedup(t, c, n), t / (t / n + c), f"speedup(t={t}, c={c}, N={n})")
+        close(speedup(t, c, n), _speedup(t, c, n), f"speedup(t={t}, c={c}, N={n})")
     return "Communication that does not shrink with N caps the speed-up: keep per-rank work large."
+
+
+def _speedup(t: float, c: float, n: int) -> float:
+    return t / (t / n + (c if n > 1 else 0.0))
+
+
+def _bytes_per_rank(params: int, n: int, how: str) -> float:
+    return 16 * params / (n if how == "fsdp" else 1)
+
+
+@exercise(4, "memory per rank, DDP and FSDP",
+          hint="float32 weights 4 bytes, gradients 4, Adam's two moments 8: 16 bytes per "
+               "parameter. DDP keeps all of it on every rank; FSDP splits it over the n ranks.")
+def _check_4(answer: tuple[Callable[[int, int, str], float], Any]) -> str:
+    fn, measured = answer
+    for params, n in [(1_000_000, 1), (1_000_000, 8), (67_210, 2), (7_000_000_000, 64)]:
+        for how in ("ddp", "fsdp"):
+            close(fn(params, n, how), _bytes_per_rank(params, n, how),
+                  f"bytes_per_rank({params:,}, {n}, {how!r})", rel=1e-6)
+    if measured:
+        n = len(measured)
+        for how in ("ddp", "fsdp"):
+            m = measured[0][how]
+            got = m["weights"] + m["grads"] + m["adam"]
+            total = measured[0]["ddp"]["params"]
+            close(fn(total, n, how), got, f"bytes_per_rank({total}, {n}, {how!r}) against the "
+                  f"measurement of rank 0", rel=0.01)
+        return "and it matches what the ranks measured. A 7B model needs 112 GB per GPU under DDP."
+    return "A 7B-parameter model needs 112 GB per GPU under DDP, 1.75 GB on 64 GPUs with FSDP."
+
+
+def check_4(answer: Callable[[int, int, str], float] | None, measured: Any = None) -> Any:
+    """Grades ``answer`` by the arithmetic and, given section 8's ``measured``, against it."""
+    return _check_4(None if answer is None else (answer, measured))
+
+
+check_4.number = 4  # type: ignore[attr-defined]
+check_4.title = "memory per rank, DDP and FSDP"  # type: ignore[attr-defined]
 
 
 def _shard(n: int, rank: int, world: int) -> list[int]:
@@ -48,17 +87,20 @@ def _shard(n: int, rank: int, world: int) -> list[int]:
     return padded[rank:total:world]
 
 
-CHECKS = {1: check_1, 2: check_2, 3: check_3}
+CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}
 
 SOLUTIONS: dict[int, Any] = {
     1: _shard,
     2: lambda world, reduction: 1.0 if reduction == "mean" else float(world),
-    3: lambda t, c, n: t / (t / n + c),
+    3: _speedup,
+    4: _bytes_per_rank,
 }
 
 WRONG: dict[int, list[Any]] = {
     1: [lambda n, r, w: list(range(n))[r * math.ceil(n / w):(r + 1) * math.ceil(n / w)],
         lambda n, r, w: list(range(r, n, w))],
     2: [lambda w, red: 1.0, lambda w, red: float(w)],
-    3: [lambda t, c, n: float(n), lambda t, c, n: t / (t / n)],
+    3: [lambda t, c, n: float(n), lambda t, c, n: t / (t / n), lambda t, c, n: t / (t / n + c)],
+    4: [lambda p, n, how: 16 * p / n, lambda p, n, how: 4 * p / (n if how == "fsdp" else 1),
+        lambda p, n, how: 12 * p / (n if how == "fsdp" else 1)],
 }

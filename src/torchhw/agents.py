@@ -1,0 +1,163 @@
+"""torchrun from Python: one standalone node, or several nodes simulated on this machine.
+
+Same promise as :func:`torchhw.distributed.launch`: output streamed (each node's lines with its
+prefix), failures raised with the workers' own traceback, bounded time, and no process left
+behind. Stopping torchrun takes SIGTERM to the agent, which stops its workers; killing the
+agent's process group is not enough, since workers run in process groups of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import psutil
+
+from .distributed import LaunchTimeout, RankFailed, free_port, stop_processes
+
+@dataclass
+class RunResult:
+    """What a torchrun job printed and how it ended."""
+
+    returncode: int
+    output: str
+    seconds: float
+
+
+def torchrun_command(target: str, args: Sequence[str] = (), *, nproc_per_node: int | str = 2,
+                     nnodes: int | str = 1, rdzv_endpoint: str | None = None,
+                     rdzv_id: str = "torchhw", max_restarts: int = 0,
+                     monitor_interval: float | None = 0.5,
+                     launcher: Sequence[str] | None = None) -> list[str]:
+    """The argv of torchrun for ``target`` (a ``.py`` script, else a module run with ``-m``).
+
+    The one builder of torchrun arguments in the course: notebooks, tests and the Slurm
+    script (:mod:`torchhw.jobs`, with ``launcher=["torchrun"]``) all use it. One node with no
+    endpoint is ``--standalone``; otherwise c10d rendezvous at ``rdzv_endpoint``.
+    """
+    cmd = list(launcher or [sys.executable, "-m", "torch.distributed.run"])
+    cmd += [f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}"]
+    if monitor_interval is not None:
+        cmd.append(f"--monitor-interval={monitor_interval:g}")
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd.append("--standalone")
+    else:
+        if rdzv_endpoint is None:
+            raise ValueError("a multi-node job needs rdzv_endpoint='host:port'")
+        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
+                f"--rdzv-id={rdzv_id}"]
+    program = [target] if target.endswith(".py") else ["-m", target]
+    return cmd + program + list(args)
+
+
+def _agent_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, **(extra or {}))
+    env["OMP_NUM_THREADS"] = str(threads)  # torchrun would set 1 and print a banner about it
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def stop_agent(agent: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """Stop a torchrun agent and its workers: SIGTERM to the agent, then kill what remains."""
+    try:
+        workers = psutil.Process(agent.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        workers = []
+    if agent.poll() is None:
+        agent.send_signal(signal.SIGTERM)  # the agent forwards it to its workers
+        try:
+            agent.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+    stop_processes(workers, grace=grace / 2)
+
+
+def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threads: int = 1,
+               prefixes: Sequence[str] | None = None,
+               envs: Sequence[dict[str, str]] | None = None,
+               echo: Callable[[str], None] | None = print) -> list[RunResult]:
+    """Run torchrun agents side by side (one per simulated node); stream and return output.
+
+    ``envs``: extra environment variables for each command (what a scheduler would set).
+
+    Raises LaunchTimeout past ``timeout``. Every agent and worker is stopped on return,
+    on error and on KeyboardInterrupt.
+    """
+    echo = echo or (lambda line: None)
+    prefixes = list(prefixes or [f"[node {i}] " if len(commands) > 1 else "" for i in range(len(commands))])
+    start = time.monotonic()
+    agents: list[subprocess.Popen[str]] = []
+    outputs: list[list[str]] = [[] for _ in commands]
+    readers = []
+    lock = threading.Lock()
+
+    def read(i: int, stream: Any) -> None:
+        for line in stream:
+            line = line.rstrip("\n")
+            outputs[i].append(line)
+            with lock:
+                echo(prefixes[i] + line)
+
+    try:
+        for i, cmd in enumerate(commands):
+            agent = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=_agent_env(threads, envs[i] if envs else None), start_new_session=True)
+            agents.append(agent)
+            t = threading.Thread(target=read, args=(i, agent.stdout), daemon=True)
+            t.start()
+            readers.append(t)
+        for agent in agents:
+            left = timeout - (time.monotonic() - start)
+            try:
+                agent.wait(timeout=max(left, 0.01))
+            except subprocess.TimeoutExpired:
+                with lock:
+                    tail = "\n".join(prefixes[i] + line for i, out in enumerate(outputs)
+                                     for line in out[-15:])
+                raise LaunchTimeout(f"torchrun was still running after {timeout:g} s and was "
+                                    f"stopped with its workers. Last lines:\n{tail}") from None
+        for t in readers:
+            t.join(timeout=5)
+        seconds = time.monotonic() - start
+        return [RunResult(a.returncode, "\n".join(o), seconds) for a, o in zip(agents, outputs)]
+    finally:
+        for agent in agents:
+            stop_agent(agent)
+
+
+def torchrun(target: str, args: Sequence[str] = (), *, nproc_per_node: int = 2, nnodes: int = 1,
+             max_restarts: int = 0, timeout: float = 120, threads: int = 1,
+             check: bool = True, echo: Callable[[str], None] | None = print) -> list[RunResult]:
+    """Run ``target`` (script or module) under torchrun: one standalone node, or ``nnodes`` agents on this
+    machine meeting through c10d rendezvous on 127.0.0.1 (a multi-node job, simulated).
+
+    Returns one RunResult per node. With ``check``, a non-zero exit raises RankFailed with
+    the end of the output.
+    """
+    if nnodes == 1:
+        commands = [torchrun_command(target, args, nproc_per_node=nproc_per_node,
+                                     max_restarts=max_restarts)]
+    else:
+        endpoint = f"127.0.0.1:{free_port()}"
+        rdzv_id = f"torchhw-{uuid.uuid4().hex[:8]}"
+        commands = [torchrun_command(target, args, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                                     rdzv_endpoint=endpoint, rdzv_id=rdzv_id,
+                                     max_restarts=max_restarts) for _ in range(nnodes)]
+    results = run_agents(commands, timeout=timeout, threads=threads, echo=echo)
+    bad = [i for i, r in enumerate(results) if r.returncode != 0]
+    if check and bad:
+        lines = results[bad[0]].output.splitlines()
+        # the workers' own tracebacks (torchrun prefixes them '[rankN]:') say more than its summary
+        worker = [line for line in lines if line.startswith("[rank")][-30:]
+        tail = "\n".join(worker + ["..."] + lines[-12:] if worker else lines[-25:])
+        raise RankFailed(f"torchrun on node {bad[0]} exited with code {results[bad[0]].returncode}; "
+                         f"every agent and worker was stopped. Output:\n{tail}")
+    return results

@@ -1,0 +1,89 @@
+"""The stress harness: run the distributed jobs many times and count failures (``torchhw stress``).
+
+Three cases, each run ``runs`` times:
+
+- ``launch``: 2 ranks started by :func:`torchhw.distributed.launch`;
+- ``torchrun``: a 2-node x 2-rank torchrun job on 127.0.0.1 (c10d rendezvous);
+- ``crash``: the same 2-node job training with checkpoints, a worker on the second node
+  crashing once; it must resume and end with the same parameter hash as a run without a fault.
+
+A run fails when it raises, exits non-zero, prints the shutdown abort seen on this kind of
+machine ("terminate called without an active exception"), or leaves a process running.
+The jobs are the test fixtures in ``tests/fixtures_distributed.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from ..agents import torchrun
+from ..distributed import launch
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures_distributed.py"
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())}
+
+
+def _train(folder: Path, name: str, crash: bool) -> str:
+    args = ["train", "--steps", "30", "--checkpoint", str(folder / f"{name}.pt"),
+            "--out", str(folder / f"{name}.json")]
+    if crash:
+        args += ["--crash-at", "15", "--crash-node", "1", "--crash-marker", str(folder / f"{name}.m")]
+    results = torchrun(str(FIXTURES), args, nproc_per_node=2, nnodes=2, echo=None, timeout=240,
+                       max_restarts=1 if crash else 0)
+    if crash and not (folder / f"{name}.m").exists():
+        raise RuntimeError("the fault was not injected")
+    text = "\n".join(r.output for r in results)
+    if crash and "resumed from step 10" not in text:
+        raise RuntimeError("the restarted workers did not resume from step 10: " + text[-500:])
+    return json.loads((folder / f"{name}.json").read_text())["digest"]
+
+
+def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, list[str]]:
+    """Run each case ``runs`` times; return each case's failures."""
+    sys.path.insert(0, str(FIXTURES.parent))
+    fixtures = importlib.import_module("fixtures_distributed")
+    failures: dict[str, list[str]] = {"launch": [], "torchrun": [], "crash": []}
+    with tempfile.TemporaryDirectory(prefix="torchhw-stress-") as tmp:
+        folder = Path(tmp)
+        reference = _train(folder, "reference", crash=False)
+        echo(f"reference run without a fault: parameter hash {reference}")
+        for i in range(1, runs + 1):
+            for kind in failures:
+                start = time.monotonic()
+                before = len(failures[kind])
+                try:
+                    if kind == "launch":
+                        out: list[str] = []
+                        launch(fixtures.hello, 2, echo=out.append, timeout=90)
+                        text = "\n".join(out)
+                    elif kind == "torchrun":
+                        text = "\n".join(r.output for r in torchrun(
+                            str(FIXTURES), ["hello"], nproc_per_node=2, nnodes=2, echo=None,
+                            timeout=120))
+                    else:
+                        got = _train(folder, f"crash{i}", crash=True)
+                        if got != reference:
+                            raise RuntimeError(f"hash {got} after the crash, {reference} without")
+                        text = ""
+                    if "terminate called" in text:
+                        raise RuntimeError("shutdown abort: " + text[-300:])
+                    left = _descendants()
+                    if left:
+                        raise RuntimeError(f"processes left running: {sorted(left)}")
+                except Exception as err:
+                    failures[kind].append(f"run {i}: {type(err).__name__}: {str(err)[:500]}")
+                status = "ok" if len(failures[kind]) == before else "FAILED"
+                echo(f"{kind:<8} run {i:>3}/{runs}: {status} ({time.monotonic() - start:.1f} s)")
+    return failures
