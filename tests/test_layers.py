@@ -20,13 +20,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: dict[str, int] = {
     # ground: knows no other torchhw module
     "torchhw": 0, "torchhw.hardware": 0, "torchhw.data": 0, "torchhw.models": 0,
-    "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.record": 0, "torchhw.checks": 0,
-    "torchhw.jobs": 0, "torchhw.params": 0, "torchhw.device": 0,
+    "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.measurements": 0, "torchhw.checks": 0,
+    "torchhw.params": 0, "torchhw.device": 0, "torchhw.comm": 0, "torchhw.elastic": 0,
     # built on the ground
-    "torchhw.peak": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1, "torchhw.distributed": 1,
-    "torchhw.notebook": 1, "torchhw.workers": 2,
+    "torchhw.peak": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1,
+    "torchhw.distributed": 1, "torchhw.notebook": 1,
+    # built on those
+    "torchhw.agents": 2, "torchhw.tune": 2, "torchhw.cards": 2,
+    "torchhw.jobs": 3,
     # what the notebooks' exercises check with
-    "torchhw.exercises": 3,
+    "torchhw.exercises": 4,
 }
 TOOLING = "torchhw.course"
 # what the learner's modules may import from outside the standard library
@@ -63,12 +66,11 @@ MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
 
 
 def layer_of(name: str) -> int | None:
-    """The layer of a torchhw module (a subpackage's modules share its layer)."""
-    while name:
-        if name in LAYERS:
-            return LAYERS[name]
-        name = name.rpartition(".")[0]
-    return None
+    """The layer of a torchhw module; the modules of ``exercises`` share its layer."""
+    if name in LAYERS:
+        return LAYERS[name]
+    parent = name.rpartition(".")[0]
+    return LAYERS.get(parent) if parent == "torchhw.exercises" else None
 
 
 def torchhw_imports(name: str) -> set[str]:
