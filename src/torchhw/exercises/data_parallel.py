@@ -88,19 +88,26 @@ def _run_replicas(replicas: int, work: Callable[[], Any]) -> float:
                "in Python take turns: replicas x seconds. Replicas that wait outside Python "
                "(a GPU kernel, a sleep, most large torch ops) overlap: about seconds.")
 def check_3(predict: Callable[[int, float, bool], float]) -> str:
-    seconds = 0.04
-    iterations = _calibrate(seconds)
+    iterations = _calibrate(0.04)
     lines = []
-    for replicas, holds_gil in [(4, True), (4, False), (2, True)]:
-        work = (lambda: _python_work(iterations)) if holds_gil else (lambda: time.sleep(seconds))
-        measured = _run_replicas(replicas, work)
-        guess = float(predict(replicas, seconds, holds_gil))
-        what = (f"{replicas} replicas of {seconds * 1e3:.0f} ms "
-                f"{'in Python' if holds_gil else 'outside Python'}")
-        if not (math.isfinite(guess) and 0.5 <= guess / measured <= 2):
-            raise Wrong(f"{what}: you predicted {guess * 1e3:.0f} ms, the threads took "
-                        f"{measured * 1e3:.0f} ms (within a factor of 2 passes).")
-        lines.append(f"{what}: predicted {guess * 1e3:.0f} ms, measured {measured * 1e3:.0f} ms")
+    for replicas, holds_gil in [(4, True), (4, False)]:
+        what = f"{replicas} replicas {'in Python' if holds_gil else 'waiting outside Python'}"
+        for attempt in range(3):  # a busy machine can slow one run down: the best of three counts
+            if holds_gil:
+                work: Callable[[], Any] = lambda: _python_work(iterations)  # noqa: E731
+                seconds = _run_replicas(1, work)  # one replica alone, just before: the unit of time
+            else:
+                seconds = 0.04
+                work = lambda: time.sleep(seconds)  # noqa: E731
+            measured = _run_replicas(replicas, work)
+            guess = float(predict(replicas, seconds, holds_gil))
+            if math.isfinite(guess) and 0.5 <= guess / measured <= 2:
+                break
+        else:
+            raise Wrong(f"{what}, {seconds * 1e3:.0f} ms each: you predicted {guess * 1e3:.0f} ms, "
+                        f"the threads took {measured * 1e3:.0f} ms (within a factor of 2 passes).")
+        lines.append(f"{what}, {seconds * 1e3:.0f} ms each: predicted {guess * 1e3:.0f} ms, "
+                     f"measured {measured * 1e3:.0f} ms")
     return "; ".join(lines) + ". That is DataParallel's Python overhead: it does not overlap."
 
 

@@ -36,22 +36,25 @@ def check_1(predict: Callable[[int, float], float]) -> str:
     device = pick_device("auto")
     what = "host to GPU, pinned" if device.type == "cuda" else "RAM to RAM on the CPU"
     small, large = 64 * MIB, 256 * MIB
-    gbps = small / _copy_seconds(small, device) / 1e9
-    predicted = float(predict(large, gbps))
-    measured = _copy_seconds(large, device)
-    if not predicted > 0 or not math.isfinite(predicted):
-        raise Wrong(f"predict({large}, {gbps:.1f}) = {predicted}: a time must be a positive "
-                    f"number of seconds.")
-    ratio = predicted / measured
-    report = (f"bandwidth measured on 64 MiB ({what}): {gbps:.1f} GB/s; your prediction for "
-              f"256 MiB: {fmt_time(predicted)}; measured: {fmt_time(measured)}")
-    if not 0.5 <= ratio <= 2:
+    for attempt in range(3):  # a busy machine can slow one timing down: the best of three counts
+        gbps = small / _copy_seconds(small, device) / 1e9
+        predicted = float(predict(large, gbps))
+        if not predicted > 0 or not math.isfinite(predicted):
+            raise Wrong(f"predict({large}, {gbps:.1f}) = {predicted}: a time must be a positive "
+                        f"number of seconds.")
+        measured = _copy_seconds(large, device)
+        ratio = predicted / measured
+        report = (f"bandwidth measured on 64 MiB ({what}): {gbps:.1f} GB/s; your prediction "
+                  f"for 256 MiB: {fmt_time(predicted)}; measured: {fmt_time(measured)}")
+        if 0.5 <= ratio <= 2:
+            break
+    else:
         raise Wrong(f"{report}, {ratio:.3g} times the measurement (within a factor of 2 "
                     f"passes).")
     return f"{report}. Size over bandwidth predicts a large copy well; small ones add latency."
 
 
-def _nested(device: str) -> Any:
+def _nested() -> Any:
     g = torch.Generator().manual_seed(5)
     return {"x": torch.randn(4, 3, generator=g), "labels": [torch.arange(4), torch.zeros(2)],
             "info": ("digits", 3, None), "extra": (torch.ones(1), {"mask": torch.ones(2, dtype=torch.bool)})}
@@ -85,7 +88,7 @@ def _compare(got: Any, want: Any, where: str, device: torch.device) -> None:
           hint="recurse: a tensor -> tensor.to(device); a dict -> a dict of the moved values; "
                "a list or tuple -> the same type of the moved items; anything else unchanged.")
 def check_2(to_device: Callable[[Any, Any], Any]) -> str:
-    batch = _nested("cpu")
+    batch = _nested()
     meta = torch.device("meta")
     moved = to_device(batch, meta)
     _compare(moved, batch, "batch", meta)
