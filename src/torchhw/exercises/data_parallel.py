@@ -88,22 +88,24 @@ def _run_replicas(replicas: int, work: Callable[[], Any]) -> float:
                "in Python take turns: replicas x seconds. Replicas that wait outside Python "
                "(a GPU kernel, a sleep, most large torch ops) overlap: about seconds.")
 def check_3(predict: Callable[[int, float, bool], float]) -> str:
-    iterations = _calibrate(0.04)
+    iterations = _calibrate(0.03)
     lines = []
-    for replicas, holds_gil in [(4, True), (4, False)]:
+    for replicas, holds_gil in [(6, True), (4, False)]:
         what = f"{replicas} replicas {'in Python' if holds_gil else 'waiting outside Python'}"
-        for attempt in range(3):  # a busy machine can slow one run down: the best of three counts
+        for attempt in range(3):  # a busy machine can slow a run down: a near miss is retried
             if holds_gil:
                 work: Callable[[], Any] = lambda: _python_work(iterations)  # noqa: E731
-                seconds = _run_replicas(1, work)  # one replica alone, just before: the unit of time
+                # one replica alone, just before, is the unit of time (the best of three runs)
+                seconds = min(_run_replicas(1, work) for _ in range(3))
             else:
-                seconds = 0.04
+                seconds = 0.03
                 work = lambda: time.sleep(seconds)  # noqa: E731
             measured = _run_replicas(replicas, work)
             guess = float(predict(replicas, seconds, holds_gil))
-            if math.isfinite(guess) and 0.5 <= guess / measured <= 2:
+            ratio = guess / measured if math.isfinite(guess) else math.inf
+            if 0.5 <= ratio <= 2 or not 0.25 <= ratio <= 4:
                 break
-        else:
+        if not 0.5 <= ratio <= 2:
             raise Wrong(f"{what}, {seconds * 1e3:.0f} ms each: you predicted {guess * 1e3:.0f} ms, "
                         f"the threads took {measured * 1e3:.0f} ms (within a factor of 2 passes).")
         lines.append(f"{what}, {seconds * 1e3:.0f} ms each: predicted {guess * 1e3:.0f} ms, "

@@ -35,8 +35,8 @@ def _copy_seconds(nbytes: int, device: torch.device) -> float:
 def check_1(predict: Callable[[int, float], float]) -> str:
     device = pick_device("auto")
     what = "host to GPU, pinned" if device.type == "cuda" else "RAM to RAM on the CPU"
-    small, large = 64 * MIB, 256 * MIB
-    for attempt in range(3):  # a busy machine can slow one timing down: the best of three counts
+    small, large = 32 * MIB, 128 * MIB
+    for attempt in range(3):  # a busy machine can slow a timing down: a near miss is retried
         gbps = small / _copy_seconds(small, device) / 1e9
         predicted = float(predict(large, gbps))
         if not predicted > 0 or not math.isfinite(predicted):
@@ -44,11 +44,11 @@ def check_1(predict: Callable[[int, float], float]) -> str:
                         f"number of seconds.")
         measured = _copy_seconds(large, device)
         ratio = predicted / measured
-        report = (f"bandwidth measured on 64 MiB ({what}): {gbps:.1f} GB/s; your prediction "
-                  f"for 256 MiB: {fmt_time(predicted)}; measured: {fmt_time(measured)}")
-        if 0.5 <= ratio <= 2:
+        report = (f"bandwidth measured on 32 MiB ({what}): {gbps:.1f} GB/s; your prediction "
+                  f"for 128 MiB: {fmt_time(predicted)}; measured: {fmt_time(measured)}")
+        if 0.5 <= ratio <= 2 or not 0.25 <= ratio <= 4:
             break
-    else:
+    if not 0.5 <= ratio <= 2:
         raise Wrong(f"{report}, {ratio:.3g} times the measurement (within a factor of 2 "
                     f"passes).")
     return f"{report}. Size over bandwidth predicts a large copy well; small ones add latency."
