@@ -5,4 +5,5 @@ checker), ``SOLUTIONS`` (number -> a reference answer) and ``WRONG`` (number -> 
 wrong answers); the tests prove every checker accepts its solution and rejects those.
 """
 
-MODULES = ["hardware_tour", "tensors", "autograd", "nn", "optim", "ddp", "clusters", "performance", "capstone"]
+MODULES = ["hardware_tour", "tensors", "autograd", "nn", "optim", "devices", "data_parallel", "ddp",
+           "clusters", "performance", "capstone"]
