@@ -4,17 +4,24 @@ Importing it changes nothing global and initialises no CUDA context: every modul
 imported on demand (``from torchhw import hardware``) and all set-up is an explicit call
 such as :func:`torchhw.notebook.setup`.
 
-Modules, lower ones knowing nothing of higher ones:
+What the notebooks import, in layers (each module imports only from the layers above it in
+this list; ``tests/test_layers.py`` holds them to it):
 
-- ``hardware``  what this machine is (CPU, ISA, memory, GPUs, build) and its peak FLOP/s
-- ``device``    picking a device, with a clear error when the one asked for is missing
-- ``params``    validating the parameters papermill injects into a notebook
-- ``bench``     timing on top of torch.utils.benchmark: GFLOP/s, GB/s, ratios, tables
-- ``plots``     plot defaults and the roofline chart
-- ``record``    measurements a notebook hands to the course report
-- ``checks``    feedback for "Check yourself" exercises (``exercises`` holds them)
-- ``notebook``  the set-up call every notebook makes after validating its parameters
-- ``runner``    executing the course with papermill and writing the report
+- ground: ``hardware`` (what this machine is), ``cpu`` (the CPUs a process may really use),
+  ``device`` (picking one, with a clear error), ``params`` (papermill parameters), ``data``,
+  ``models``, ``checkpoint`` (atomic save, exact resume), ``plots``, ``measurements`` (what
+  a notebook hands to the run report), ``checks`` (exercise feedback), ``comm`` (the cost
+  of a collective), ``elastic`` (joining a process group that survives restarts)
+- on the ground: ``peak`` (theoretical FLOP/s), ``bench`` (timing on torch.utils.benchmark),
+  ``train`` (the loop), ``widgets``, ``distributed`` (ranks launched from a notebook),
+  ``notebook`` (the set-up call)
+- above those: ``agents`` (torchrun from Python), ``tune`` (the autotuner), ``cards``
+  (report cards); then ``jobs`` (one job -> torchrun, Slurm, PyTorchJob)
+- ``exercises``: each notebook's checkers and reference solutions
+
+The course's own tooling (running the course with papermill, regenerating outputs, badges,
+handouts, Binder, JupyterLab, stress and portability checks) is ``torchhw.course``: it needs
+the ``course`` extra and is never imported by a notebook.
 """
 
 __version__ = "0.1.0"
