@@ -83,3 +83,115 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
                 "rng": {}, "extra": {"obj": object()}}, path)
     with pytest.raises(ckpt.CheckpointError, match="could not be read"):
         ckpt.load(path, model)
+
+
+# Device handling. Generator states are CPU ByteTensors and their setters accept nothing else;
+# loading a checkpoint "to the GPU" must move the model and optimizer only. Without a GPU the
+# `meta` device stands in for it (a real non-CPU device, no memory); the CUDA and MPS generator
+# calls are covered by monkeypatching here and for real by the `gpu` test below.
+
+def test_set_rng_state_needs_a_cpu_tensor():
+    # why load() keeps the generator states on the CPU
+    with pytest.raises((TypeError, RuntimeError)):
+        torch.set_rng_state(torch.get_rng_state().to("meta"))
+
+
+def test_loading_to_another_device_keeps_and_restores_the_generators_on_the_cpu(tmp_path):
+    model, opt = make()
+    loader_gen = torch.Generator().manual_seed(3)
+    torch.manual_seed(7)
+    path = ckpt.save(tmp_path / "c.pt", model, opt, step=5,
+                     rng=ckpt.rng_state(loader_gen), loader=loader_gen.get_state())
+    expected, expected_order = torch.rand(3), torch.randperm(10, generator=loader_gen)
+
+    on_meta = models.MLP(8, 2, preset="tiny").to("meta")     # stands in for a GPU model
+    meta_opt = torch.optim.Adam(on_meta.parameters(), lr=0.1)
+    fresh_gen = torch.Generator().manual_seed(99)
+    torch.manual_seed(99)
+    payload = ckpt.load(path, on_meta, meta_opt, map_location="meta", loader_generator=fresh_gen)
+    assert all(t.device.type == "meta" for t in payload["model"].values())
+    assert payload["optimizer"]["state"][0]["exp_avg"].device.type == "meta"
+    assert meta_opt.state_dict()["state"][0]["exp_avg"].device.type == "meta"
+    assert payload["rng"]["torch"].device.type == "cpu"
+    assert payload["extra"]["loader"].device.type == "cpu"
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.equal(torch.randperm(10, generator=fresh_gen), expected_order)
+
+
+def test_cuda_and_mps_generator_states_are_saved_and_restored(tmp_path, monkeypatch):
+    cuda_states = [torch.arange(16, dtype=torch.uint8), torch.arange(16, 32, dtype=torch.uint8)]
+    mps_state = torch.arange(32, 48, dtype=torch.uint8)
+    restored = {}
+
+    def set_cuda(state, device):
+        assert state.device.type == "cpu" and state.dtype == torch.uint8
+        restored[f"cuda:{device}"] = state
+
+    def set_mps(state):
+        assert state.device.type == "cpu" and state.dtype == torch.uint8
+        restored["mps"] = state
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in cuda_states])
+    monkeypatch.setattr(torch.cuda, "set_rng_state", set_cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda: mps_state.clone())
+    monkeypatch.setattr(torch.mps, "set_rng_state", set_mps)
+
+    model, opt = make()
+    path = ckpt.save(tmp_path / "c.pt", model, opt)
+    on_meta = models.MLP(8, 2, preset="tiny").to("meta")
+    ckpt.load(path, on_meta, map_location="meta")
+    assert torch.equal(restored["cuda:0"], cuda_states[0])
+    assert torch.equal(restored["cuda:1"], cuda_states[1])
+    assert torch.equal(restored["mps"], mps_state)
+
+    restored.clear()                                   # fewer GPUs now than at saving time
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    ckpt.load(path, on_meta, map_location="meta")
+    assert sorted(restored) == ["cuda:0", "mps"]
+
+
+def test_a_gpu_checkpoint_resumes_on_a_cpu_only_machine(tmp_path):
+    model, opt = make()
+    state = ckpt.rng_state()
+    state["cuda"] = [torch.zeros(16, dtype=torch.uint8)]   # as saved on a GPU machine
+    state["mps"] = torch.zeros(16, dtype=torch.uint8)
+    path = ckpt.save(tmp_path / "c.pt", model, opt, rng=state)
+    if not torch.cuda.is_available() and not ckpt._mps_available():
+        ckpt.load(path, models.MLP(8, 2, preset="tiny"))   # the GPU states are ignored
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_exact_resume_on_cuda(tmp_path):
+    from torchhw import data, train
+
+    torch.cuda.manual_seed_all(7)
+    model = models.MLP(8, 2, preset="tiny").cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    path = ckpt.save(tmp_path / "c.pt", model, opt)
+    expected = torch.rand(3, device="cuda")
+    torch.cuda.manual_seed_all(99)
+    ckpt.load(path, model, opt, map_location="cuda")      # raised TypeError before the fix
+    assert torch.equal(torch.rand(3, device="cuda"), expected)
+
+    train_set = data.classification(n=96, features=8, classes=2, seed=0)
+
+    def run(stop_at_step=None, resume=False, name="run.pt"):
+        torch.manual_seed(0)
+        m = models.MLP(8, 2, preset="tiny", dropout=0.2).cuda()
+        o = torch.optim.Adam(m.parameters(), lr=1e-2)
+        loader, _ = data.loaders(train_set, train_set, batch_size=16, seed=0)
+        h = train.fit(m, o, loader, epochs=3, checkpoint=tmp_path / name, checkpoint_every=4,
+                      stop_at_step=stop_at_step, resume=resume)
+        return m, h
+
+    straight_model, straight = run(name="straight.pt")
+    run(stop_at_step=8)
+    resumed_model, resumed = run(resume=True)
+    assert resumed.steps == straight.steps
+    assert all(torch.equal(a, b) for a, b in zip(straight_model.state_dict().values(),
+                                                 resumed_model.state_dict().values()))

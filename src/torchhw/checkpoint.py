@@ -24,6 +24,22 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing or unreadable. Nothing was changed on disk."""
 
 
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def _to(obj: Any, device: str | torch.device) -> Any:
+    """``obj`` with every tensor inside (dicts, lists, tuples) moved to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
+
+
 def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]:
     """Every random generator's state, as tensors and plain values (weights_only-safe)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -35,24 +51,34 @@ def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]
         "python": {"version": version, "state": list(py_state), "gauss": py_gauss},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]  # one per GPU
+    if _mps_available():
+        state["mps"] = torch.mps.get_rng_state().cpu()
     if loader_generator is not None:
         state["loader"] = loader_generator.get_state()
     return state
 
 
 def set_rng_state(state: dict[str, Any], loader_generator: torch.Generator | None = None) -> None:
-    """Restore what :func:`rng_state` captured."""
-    torch.set_rng_state(state["torch"])
+    """Restore what :func:`rng_state` captured.
+
+    Every state is moved to the CPU first: the setters accept only a CPU ByteTensor. A CUDA
+    or MPS state is restored where that device exists (for as many GPUs as are present now)
+    and ignored elsewhere, so a checkpoint from a GPU machine still resumes on a CPU.
+    """
+    torch.set_rng_state(state["torch"].cpu())
     n = state["numpy"]
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"],
                          n["has_gauss"], n["gauss"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state.cpu(), index)
+    if "mps" in state and _mps_available():
+        torch.mps.set_rng_state(state["mps"].cpu())
     if loader_generator is not None and "loader" in state:
-        loader_generator.set_state(state["loader"])
+        loader_generator.set_state(state["loader"].cpu())
 
 
 def _check_fits(path: Path, current: dict[str, Any], stored: dict[str, Any]) -> None:
@@ -106,6 +132,10 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
          loader_generator: torch.Generator | None = None) -> dict[str, Any]:
     """Load a checkpoint into ``model`` (and optimizer, scheduler, generators). Returns it.
 
+    ``map_location`` says where the model and optimizer tensors go (the model's device, or
+    ``"meta"`` to check a checkpoint without memory); everything else, the generator states and
+    the loader's shuffling state above all, stays on the CPU, where their setters need it.
+
     Raises CheckpointError, naming the file and what to do, when it is missing or cannot
     be read; in that case nothing has been changed, neither the model nor the file.
     """
@@ -116,7 +146,7 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
             f"or point to an existing file."
         )
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
         needed = {"model", "optimizer", "scheduler", "step", "rng"}
         if not isinstance(payload, dict) or not needed <= set(payload):
             raise ValueError(f"it lacks {sorted(needed - set(payload or {}))}")
@@ -126,6 +156,9 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
             f"checkpoint {path} could not be read ({type(err).__name__}: {reason}). It was left as "
             f"it is; delete it to start over, or resume from an older copy."
         ) from None
+    if map_location is not None and torch.device(map_location) != torch.device("cpu"):
+        payload["model"] = _to(payload["model"], map_location)
+        payload["optimizer"] = _to(payload["optimizer"], map_location)
     if optimizer is not None and payload["optimizer"] is None:
         raise CheckpointError(f"checkpoint {path} holds no optimizer state, but one was passed")
     _check_fits(path, model.state_dict(), payload["model"])

@@ -1,4 +1,4 @@
-"""Exercises of notebook 04 (optim): a momentum step, a schedule, gradient clipping."""
+"""Exercises of notebook 04 (optim): a momentum step, a schedule, gradient clipping, early stopping."""
 
 from __future__ import annotations
 
@@ -71,7 +71,38 @@ def _clip(grads: list[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
     return [t * scale for t in grads]
 
 
-CHECKS = {1: check_1, 2: check_2, 3: check_3}
+def _stop_epoch(val_losses: list[float], patience: int) -> int:
+    best, waited = float("inf"), 0
+    for epoch, loss in enumerate(val_losses, start=1):
+        if loss < best:
+            best, waited = loss, 0
+        else:
+            waited += 1
+            if waited == patience:
+                return epoch
+    return len(val_losses)
+
+
+_CURVES = [([1.0, 0.8, 0.7, 0.75, 0.9, 1.0, 1.2], 2),   # turns at epoch 3: stops at 5
+           ([1.0, 0.8, 0.7, 0.75, 0.9, 1.0, 1.2], 3),
+           ([1.0, 0.9, 0.9, 0.9, 0.8, 0.85, 0.9], 2),    # equal is no improvement
+           ([1.0, 0.9, 0.8, 0.7], 2),                    # never stops
+           ([0.5, 0.6, 0.4, 0.45, 0.5, 0.3, 0.35], 3)]   # the count restarts at each new best
+
+
+@exercise(4, "early stopping",
+          hint="keep the lowest loss so far and a counter: a new lowest loss (strictly lower) "
+               "resets the counter to 0, any other epoch adds 1; stop at the epoch where the "
+               "counter reaches patience. Epochs count from 1.")
+def check_4(stop_epoch: Callable[[list[float], int], int]) -> str:
+    for losses, patience in _CURVES:
+        got, want = stop_epoch(list(losses), patience), _stop_epoch(losses, patience)
+        if got != want:
+            raise Wrong(f"stop_epoch({losses}, patience={patience}) = {got}, expected {want}.")
+    return "Keep the best epoch's weights too, as section 6 does: stopping alone does not restore them."
+
+
+CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda p, g, v, lr, m: (p - lr * (m * v + g), m * v + g),
@@ -79,6 +110,7 @@ SOLUTIONS: dict[int, Any] = {
                                           base * 0.5 * (1 + math.cos(math.pi * (step - warmup)
                                                                      / (total - warmup)))),
     3: _clip,
+    4: _stop_epoch,
 }
 
 WRONG: dict[int, list[Any]] = {
@@ -87,4 +119,6 @@ WRONG: dict[int, list[Any]] = {
         lambda s, total, w, b: b * s / w if s < w else b],
     3: [lambda grads, m: [t * min(1.0, m / (t.norm().item() + 1e-6)) for t in grads],
         lambda grads, m: [t.clamp(-m, m) for t in grads]],
+    4: [lambda losses, patience: min(len(losses), patience + 1),          # counts from the start
+        lambda losses, patience: _stop_epoch([x - 1e-9 * i for i, x in enumerate(losses)], patience)],
 }
