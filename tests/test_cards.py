@@ -21,7 +21,7 @@ TUNING = {
 
 
 def card(created="2026-11-30", **changes):
-    report = hardware.report(probe_gpus=False)
+    report = hardware.survey(probe_gpus=False)
     c = cards.build(report, device="cpu", peaks={"fp32_gflops": 100.0},
                     measured={"fp32_gflops": 90.0, "bandwidth_gbps": 20.0}, tuning=TUNING,
                     capstone={"throughput": 1000.0, "accuracy": 0.95, "gain": 1.3},

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from torchhw import tune
-from torchhw.record import recorded
+from torchhw import measurementsed
 
 
 def tiny():

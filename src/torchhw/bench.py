@@ -216,9 +216,14 @@ def table(results: Sequence[Result], baseline: Result | None = None) -> Table:
     return Table(results, baseline)
 
 
-def matmul(n: int, dtype: torch.dtype, device: torch.device | str, threads: int | None = None,
-           min_run_time: float = 0.2, seed: int = 0) -> Result:
-    """Time one n x n by n x n matrix product: 2n^3 FLOP, 3n^2 elements moved at least."""
+def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+           threads: int | None = None, min_run_time: float = 0.2, seed: int = 0) -> Result:
+    """Time one n x n by n x n matrix product: 2n^3 FLOP, 3n^2 elements moved at least.
+
+    ``device`` must be given (it has a default only so that dtype can keep one).
+    """
+    if device is None:
+        raise TypeError("matmul() needs device=...: the device the product runs on is never guessed")
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)

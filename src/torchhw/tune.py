@@ -38,7 +38,7 @@ from torch import nn
 
 from . import bench
 from .device import synchronize
-from .record import record
+from . import measurements
 
 MARGIN = 1.05  # a knob is kept only if it is at least 5% faster: smaller gains are noise here
 
@@ -463,6 +463,6 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
                         chosen.speedup if chosen else 1.0,
                         {_label(k): reasons[_label(k)] for k in knobs})
     if record_as:
-        record(record_as, result.to_dict(), note="torchhw.tune: trials and recommendation")
-        record(f"{record_as} gain", result.gain, "x", result.recommended_trial)
+        measurements.add(record_as, result.to_dict(), note="torchhw.tune: trials and recommendation")
+        measurements.add(f"{record_as} gain", result.gain, "x", result.recommended_trial)
     return result
