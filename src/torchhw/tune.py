@@ -447,8 +447,9 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             what = alone.status if alone else "not run"
             reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
         elif label in chosen_knobs:
-            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended trial "
-                              f"({chosen.name}) includes it")
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended "
+                              f"{chosen.name} ({chosen.speedup:.2f}x) includes it, and no "
+                              f"configuration with fewer knobs came within {MARGIN - 1:.0%}")
         elif (alone.speedup or 0) < MARGIN:
             reasons[label] = f"left out: {alone.speedup:.2f}x alone, not {MARGIN:.2f}x or better"
         else:
