@@ -413,12 +413,14 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         worker = threading.Thread(target=_run, args=(setup, min(min_run_time, left / 4), stop, out),
                                   daemon=True, name=f"torchhw-tune-{name}")
         worker.start()
-        worker.join(min(timeout, max(left, 0.5)))
+        # every other trial is compared with the baseline: it may use all that is left
+        deadline = max(left, timeout) if not combo else min(timeout, max(left, 0.5))
+        worker.join(deadline)
         if worker.is_alive():
             stop.set()
             worker.join(timeout)  # the step in progress finishes, the next one stops
             trial.status = "timed out"
-            trial.reason = f"still running after {min(timeout, max(left, 0.5)):.1f} s; stopped"
+            trial.reason = f"still running after {deadline:.1f} s; stopped"
             if worker.is_alive():
                 trial.reason += " (its last step is still finishing in the background)"
         elif "error" in out:
