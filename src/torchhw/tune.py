@@ -434,12 +434,10 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         if not combo:
             base = trial
         if trial.status == "ok" and base is not None and base.status == "ok":
-            trial.speedup, low, high = ratio_spread(base.times, trial.times)
-            trial.speedup = base.median_s / trial.median_s
-            trial.spread = (low, high)
+            _, low, high = ratio_spread(base.times, trial.times)
+            trial.speedup, trial.spread = base.median_s / trial.median_s, (low, high)
         trials.append(trial)
 
-    # trials in plan order come after the "not applicable" lines: sort into knob order
     chosen = choose(trials)
     chosen_knobs = set(chosen.knobs) if chosen else set()
     for knob in applicable:
@@ -458,6 +456,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, but a configuration "
                               f"without it does as well (within {MARGIN - 1:.0%})")
     recommended = {k.name: k.value for k in knobs if _label(k) in chosen_knobs}
+    # the "not applicable" lines were listed first: put every trial in the plan's knob order
     order = {_label(k): i for i, k in enumerate(knobs)}
     trials.sort(key=lambda t: (t.knobs != [], len(t.knobs),
                                [order.get(k, 99) for k in t.knobs]))
