@@ -210,8 +210,9 @@ class Comparison:
                              f"above the free cores lose. Measure again when it is quiet.")
         if self.a["device"] != self.b["device"]:
             lines.append(f"the capstone ran on {self.a['device']} against {self.b['device']}.")
-        if not lines or (len(lines) == 1 and lines[0].startswith("memory bandwidth")
-                         and ma["cpu"] == mb["cpu"]):
+        same = (ca == cb and not only_a and not only_b and bool(ga) == bool(gb)
+                and ma["cpu"] == mb["cpu"])
+        if same:
             lines.insert(0, "the two machines report the same hardware: differences are noise, "
                             "load from other programs, or software versions.")
         return lines
@@ -240,27 +241,32 @@ class Comparison:
         import numpy as np
 
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-        names = [self.label(c)[:38] for c in (self.a, self.b)]
+        names = [f"{who}: {self.label(c)}"[:40] for who, c in (("A", self.a), ("B", self.b))]
         rates = sorted(set(self.a["peak"]) | set(self.a["measured"]) |
                        set(self.b["peak"]) | set(self.b["measured"]))
         x = np.arange(len(rates))
         for i, card in enumerate((self.a, self.b)):
-            values = [card["measured"].get(k, card["peak"].get(k)) or 0 for k in rates]
-            left.bar(x + (i - 0.5) * 0.4, values, 0.4, label=names[i])
+            offset = x + (i - 0.5) * 0.4
+            left.bar(offset, [card["measured"].get(k) or 0 for k in rates], 0.4, label=names[i])
+            peaks = [card["peak"].get(k) for k in rates]
+            left.plot([o for o, p in zip(offset, peaks) if p], [p for p in peaks if p], "k_",
+                      markersize=14, label="peak" if i == 0 else None)
         left.set_xticks(x, [r.replace("_", " ") for r in rates], rotation=30, ha="right",
                         fontsize=8)
         left.set_yscale("log")
-        left.set_title("peak and measured (GFLOP/s, GB/s)")
+        left.set_title("measured (bars) against peak (lines)")
         left.legend(fontsize=7)
         knobs = [k for k in self.a["tuning"]["knob_gains"]] + \
                 [k for k in self.b["tuning"]["knob_gains"] if k not in self.a["tuning"]["knob_gains"]]
         x = np.arange(len(knobs))
         for i, card in enumerate((self.a, self.b)):
             gains = [card["tuning"]["knob_gains"].get(k) or 0 for k in knobs]
-            right.bar(x + (i - 0.5) * 0.4, gains, 0.4, label=names[i])
+            right.bar(x + (i - 0.5) * 0.4, gains, 0.4, label=names[i][:1])
         right.axhline(1.0, color="black", lw=1)
-        right.set_xticks(x, [k.split("=")[0] for k in knobs], rotation=30, ha="right", fontsize=8)
+        right.set_xticks(x, [k.replace("=True", "") for k in knobs], rotation=30, ha="right",
+                         fontsize=8)
         right.set_title("each knob alone (x baseline; 0: not measured)")
+        right.legend(fontsize=7)
         fig.tight_layout()
         if path:
             fig.savefig(path)

@@ -413,12 +413,14 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         worker = threading.Thread(target=_run, args=(setup, min(min_run_time, left / 4), stop, out),
                                   daemon=True, name=f"torchhw-tune-{name}")
         worker.start()
-        worker.join(min(timeout, max(left, 0.5)))
+        # every other trial is compared with the baseline: it may use all that is left
+        deadline = max(left, timeout) if not combo else min(timeout, max(left, 0.5))
+        worker.join(deadline)
         if worker.is_alive():
             stop.set()
             worker.join(timeout)  # the step in progress finishes, the next one stops
             trial.status = "timed out"
-            trial.reason = f"still running after {min(timeout, max(left, 0.5)):.1f} s; stopped"
+            trial.reason = f"still running after {deadline:.1f} s; stopped"
             if worker.is_alive():
                 trial.reason += " (its last step is still finishing in the background)"
         elif "error" in out:
@@ -432,12 +434,10 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         if not combo:
             base = trial
         if trial.status == "ok" and base is not None and base.status == "ok":
-            trial.speedup, low, high = ratio_spread(base.times, trial.times)
-            trial.speedup = base.median_s / trial.median_s
-            trial.spread = (low, high)
+            _, low, high = ratio_spread(base.times, trial.times)
+            trial.speedup, trial.spread = base.median_s / trial.median_s, (low, high)
         trials.append(trial)
 
-    # trials in plan order come after the "not applicable" lines: sort into knob order
     chosen = choose(trials)
     chosen_knobs = set(chosen.knobs) if chosen else set()
     for knob in applicable:
@@ -447,14 +447,16 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             what = alone.status if alone else "not run"
             reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
         elif label in chosen_knobs:
-            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended trial "
-                              f"({chosen.name}) includes it")
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended "
+                              f"{chosen.name} ({chosen.speedup:.2f}x) includes it, and no "
+                              f"configuration with fewer knobs came within {MARGIN - 1:.0%}")
         elif (alone.speedup or 0) < MARGIN:
             reasons[label] = f"left out: {alone.speedup:.2f}x alone, not {MARGIN:.2f}x or better"
         else:
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, but a configuration "
                               f"without it does as well (within {MARGIN - 1:.0%})")
     recommended = {k.name: k.value for k in knobs if _label(k) in chosen_knobs}
+    # the "not applicable" lines were listed first: put every trial in the plan's knob order
     order = {_label(k): i for i, k in enumerate(knobs)}
     trials.sort(key=lambda t: (t.knobs != [], len(t.knobs),
                                [order.get(k, 99) for k in t.knobs]))
