@@ -8,6 +8,18 @@ import pytest
 from torchhw.checks import Feedback, Wrong, close, exercise
 from torchhw.exercises import MODULES
 
+@pytest.fixture(autouse=True)
+def deterministic_clocks(monkeypatch):
+    """The 'predict, then measure' checkers time real work. Here a model of the machine takes
+    the clock's place, so a busy test machine cannot fail them: what is tested is the grading."""
+    from torchhw.exercises import data_parallel, devices
+
+    monkeypatch.setattr(devices, "_copy_seconds", lambda nbytes, device: nbytes / 5e9)
+    monkeypatch.setattr(data_parallel, "_calibrate", lambda seconds: 1)
+    monkeypatch.setattr(data_parallel, "_run_replicas",
+                        lambda replicas, work: 0.03 * (replicas if work.holds_gil else 1))
+
+
 CASES = [(name, number) for name in MODULES
          for number in importlib.import_module(f"torchhw.exercises.{name}").CHECKS]
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from torchhw import tune
-from torchhw import measurementsed
+from torchhw.measurements import collected
 
 
 def tiny():
@@ -97,7 +97,7 @@ def test_result_is_json_and_recorded():
     result = run(record_as="tune test")
     data = json.loads(json.dumps(result.to_dict()))
     assert data["recommended_trial"] == result.recommended_trial
-    assert recorded()["tune test"]["value"]["reasons"] == result.reasons
+    assert collected()["tune test"]["value"]["reasons"] == result.reasons
 
 
 def test_default_knobs_on_cpu_say_why_gpu_knobs_do_not_apply():

@@ -26,8 +26,13 @@ import psutil
 
 from ..agents import torchrun
 from ..distributed import launch
+from .paths import find_root
 
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures_distributed.py"
+
+
+def _fixtures() -> Path:
+    """The jobs live in the course's tests/ folder (found from the current directory)."""
+    return find_root() / "tests" / "fixtures_distributed.py"
 
 
 def _descendants() -> set[int]:
@@ -40,7 +45,7 @@ def _train(folder: Path, name: str, crash: bool) -> str:
             "--out", str(folder / f"{name}.json")]
     if crash:
         args += ["--crash-at", "15", "--crash-node", "1", "--crash-marker", str(folder / f"{name}.m")]
-    results = torchrun(str(FIXTURES), args, nproc_per_node=2, nnodes=2, echo=None, timeout=240,
+    results = torchrun(str(_fixtures()), args, nproc_per_node=2, nnodes=2, echo=None, timeout=240,
                        max_restarts=1 if crash else 0)
     if crash and not (folder / f"{name}.m").exists():
         raise RuntimeError("the fault was not injected")
@@ -52,7 +57,7 @@ def _train(folder: Path, name: str, crash: bool) -> str:
 
 def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, list[str]]:
     """Run each case ``runs`` times; return each case's failures."""
-    sys.path.insert(0, str(FIXTURES.parent))
+    sys.path.insert(0, str(_fixtures().parent))
     fixtures = importlib.import_module("fixtures_distributed")
     failures: dict[str, list[str]] = {"launch": [], "torchrun": [], "crash": []}
     with tempfile.TemporaryDirectory(prefix="torchhw-stress-") as tmp:
@@ -70,7 +75,7 @@ def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, lis
                         text = "\n".join(out)
                     elif kind == "torchrun":
                         text = "\n".join(r.output for r in torchrun(
-                            str(FIXTURES), ["hello"], nproc_per_node=2, nnodes=2, echo=None,
+                            str(_fixtures()), ["hello"], nproc_per_node=2, nnodes=2, echo=None,
                             timeout=120))
                     else:
                         got = _train(folder, f"crash{i}", crash=True)

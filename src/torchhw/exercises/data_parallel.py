@@ -95,11 +95,13 @@ def check_3(predict: Callable[[int, float, bool], float]) -> str:
         for attempt in range(3):  # a busy machine can slow a run down: a near miss is retried
             if holds_gil:
                 work: Callable[[], Any] = lambda: _python_work(iterations)  # noqa: E731
+                work.holds_gil = True  # type: ignore[attr-defined]  # read by the tests' clock
                 # one replica alone, just before, is the unit of time (the best of three runs)
                 seconds = min(_run_replicas(1, work) for _ in range(3))
             else:
                 seconds = 0.03
                 work = lambda: time.sleep(seconds)  # noqa: E731
+                work.holds_gil = False  # type: ignore[attr-defined]
             measured = _run_replicas(replicas, work)
             guess = float(predict(replicas, seconds, holds_gil))
             ratio = guess / measured if math.isfinite(guess) else math.inf
