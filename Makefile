@@ -80,6 +80,7 @@ learner: $(STAMP)
 	$(BIN)/torchhw learner
 
 stress: $(STAMP)
+	$(BIN)/python -m pytest -m slow tests
 	$(BIN)/torchhw stress $(ARGS)
 
 constraints: $(STAMP)

@@ -37,20 +37,18 @@ def test_launch_returns_results_and_prefixes_output():
 
 
 def test_a_failing_rank_raises_with_its_traceback_and_stops_the_others():
-    start = time.monotonic()
+    # rank 0 waits in a barrier whose own time-out is far beyond the test's (pytest-timeout):
+    # only the launcher stopping it lets this test finish
     with pytest.raises(d.RankFailed) as err:
-        d.launch(workers.fail_on, 2, echo=None, collective_timeout=60)
+        d.launch(workers.fail_on, 2, echo=None, collective_timeout=3600, timeout=3600)
     assert "rank 1 of 2 failed" in str(err.value)
     assert "ValueError: rank 1 was told to fail" in str(err.value)
-    assert time.monotonic() - start < 30  # rank 0 was waiting in a barrier: it was stopped
     assert not leftovers()
 
 
 def test_a_hanging_job_times_out_and_leaves_nothing():
-    start = time.monotonic()
     with pytest.raises(d.LaunchTimeout, match="still running after 3 s"):
         d.launch(workers.sleep_forever, 2, timeout=3, echo=None)
-    assert time.monotonic() - start < 15
     assert not leftovers()
 
 
@@ -147,6 +145,7 @@ def test_environ_restores():
     assert "TORCHHW_T" not in os.environ
 
 
+@pytest.mark.slow  # notebook 08 runs the same case in every test run; `make stress` runs this too
 def test_a_crash_on_the_second_node_resumes_to_the_same_weights(tmp_path):
     """2 nodes x 1 rank on 127.0.0.1; the second node's worker dies once after step 5.
     The agents restart, agree on a fresh store prefix, rank 0 decides to resume from step 4,
