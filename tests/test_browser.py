@@ -100,10 +100,10 @@ def lab(tmp_path):
 
 def test_notebooks_run_in_jupyterlab_with_plots_and_a_live_widget(lab):
     with browser_page() as page:
-        open_and_run_all(page, lab, "00_hardware_tour.ipynb")
-        assert loaded_images(page), "00: no plot image loaded after Run All"
+        open_and_run_all(page, lab, "02_autograd.ipynb")
+        assert loaded_images(page), "02: no plot image loaded after Run All"
         page.locator(".jp-OutputArea-output img").first.scroll_into_view_if_needed()
-        screenshot(page, "lab_00_hardware_tour.png")
+        screenshot(page, "lab_02_autograd.png")
 
         open_and_run_all(page, lab, "04_optim.ipynb")
         assert len(loaded_images(page)) >= 2, "04: the plots did not load"
