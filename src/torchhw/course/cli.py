@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="one profile (repeatable; default: all)")
     port.set_defaults(func=_portability)
 
-    st = sub.add_parser("stress", help="run the 2-rank and 2-node DDP jobs many times; count failures")
+    st = sub.add_parser("stress", help="the 2-rank launch, the 2-node job and the 2-node crash many times; count failures")
     st.add_argument("--runs", type=int, default=50)
     st.set_defaults(func=_stress)
 
