@@ -80,27 +80,21 @@ class _CountOps(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _broadcast_shape(a: tuple, b: tuple) -> tuple:
+def _broadcast_shape(a: tuple, b: tuple, take_larger: bool = False) -> tuple:
+    """The broadcasting rule. ``take_larger`` is the typical wrong version: right for every
+    size but 0, since it takes the larger size where the rule takes the one that is not 1."""
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
         x = a[-i] if i <= len(a) else 1
         y = b[-i] if i <= len(b) else 1
         if x != y and 1 not in (x, y):
             raise ValueError(f"sizes {x} and {y} do not broadcast")
-        out.append(y if x == 1 else x)  # not max(x, y): a size of 1 against 0 gives 0
+        out.append(max(x, y) if take_larger else (y if x == 1 else x))  # 1 against 0 gives 0
     return tuple(reversed(out))
 
 
 def _broadcast_shape_max(a: tuple, b: tuple) -> tuple:
-    """Right for every size but 0: takes the larger size where the rule takes the non-1 one."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x = a[-i] if i <= len(a) else 1
-        y = b[-i] if i <= len(b) else 1
-        if x != y and 1 not in (x, y):
-            raise ValueError(f"sizes {x} and {y} do not broadcast")
-        out.append(max(x, y))
-    return tuple(reversed(out))
+    return _broadcast_shape(a, b, take_larger=True)
 
 
 def _sq_dists_double_loop(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
