@@ -11,7 +11,8 @@ this list; ``tests/test_layers.py`` holds them to it):
   ``device`` (picking one, with a clear error), ``params`` (papermill parameters), ``data``,
   ``models``, ``checkpoint`` (atomic save, exact resume), ``plots``, ``measurements`` (what
   a notebook hands to the run report), ``checks`` (exercise feedback), ``comm`` (the cost
-  of a collective), ``elastic`` (joining a process group that survives restarts)
+  of a collective), ``elastic`` (joining a process group that survives restarts), ``knobs``
+  (the tuning knobs)
 - on the ground: ``peak`` (theoretical FLOP/s), ``bench`` (timing on torch.utils.benchmark),
   ``train`` (the loop), ``widgets``, ``distributed`` (ranks launched from a notebook),
   ``notebook`` (the set-up call)
