@@ -29,14 +29,14 @@ def _mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
-def _to(obj: Any, device: str | torch.device) -> Any:
+def move(obj: Any, device: str | torch.device) -> Any:
     """``obj`` with every tensor inside (dicts, lists, tuples) moved to ``device``."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
+        return {k: move(v, device) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device) for v in obj)
+        return type(obj)(move(v, device) for v in obj)
     return obj
 
 
@@ -157,8 +157,8 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
             f"it is; delete it to start over, or resume from an older copy."
         ) from None
     if map_location is not None and torch.device(map_location) != torch.device("cpu"):
-        payload["model"] = _to(payload["model"], map_location)
-        payload["optimizer"] = _to(payload["optimizer"], map_location)
+        payload["model"] = move(payload["model"], map_location)
+        payload["optimizer"] = move(payload["optimizer"], map_location)
     if optimizer is not None and payload["optimizer"] is None:
         raise CheckpointError(f"checkpoint {path} holds no optimizer state, but one was passed")
     _check_fits(path, model.state_dict(), payload["model"])

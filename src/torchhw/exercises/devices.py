@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 
 from ..bench import fmt_time, measure
+from ..checkpoint import move
 from ..checks import Wrong, equal, exercise
 from ..device import pick_device
 
@@ -121,14 +122,8 @@ def check_3(threads: Callable[[str, int, int], int]) -> str:
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
 
 
-def _to_device(batch: Any, device: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(v, device) for v in batch)
-    return batch
+# the reference answer is the helper checkpoint.load uses for the same job
+_to_device = move
 
 
 SOLUTIONS: dict[int, Any] = {
