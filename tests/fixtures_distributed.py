@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,13 @@ def fail_on(info, bad_rank=1):
     """Raise on ``bad_rank`` while the others wait in a collective (the crash path)."""
     if info.rank == bad_rank:
         raise ValueError(f"rank {info.rank} was told to fail")
+    dist.barrier()
+
+
+def killed_on(info, bad_rank=1):
+    """A rank that dies without running Python's handlers (as when the OOM killer strikes)."""
+    if info.rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
 
 

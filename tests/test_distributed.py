@@ -46,6 +46,44 @@ def test_a_failing_rank_raises_with_its_traceback_and_stops_the_others():
     assert not leftovers()
 
 
+def test_a_rank_killed_by_a_signal_is_named_with_the_signal():
+    # no traceback can be recorded: the report comes from torch.multiprocessing's exit status
+    with pytest.raises(d.RankFailed, match=r"rank 1 of 2 failed(.|\n)*signal SIGKILL"):
+        d.launch(workers.killed_on, 2, echo=None, collective_timeout=3600, timeout=3600)
+    assert not leftovers()
+
+
+class Noticed(Exception):
+    """Stands in for torch.multiprocessing's report of the first exit it noticed."""
+
+    def __init__(self, index):
+        super().__init__(f"process {index} failed")
+        self.error_index = index
+
+
+def test_the_cause_is_chosen_over_its_consequences(tmp_path):
+    import os
+    import signal as sig
+
+    def record(rank, text, at):
+        path = tmp_path / f"rank{rank}.error"
+        path.write_text(text)
+        os.utime(path, ns=(at, at))
+
+    # torch noticed rank 0's exit first, but rank 0 only lost its peer; rank 1 was killed
+    record(0, "RuntimeError: Connection reset by peer", 1)
+    err = d._first_failure(tmp_path, 2, Noticed(0), [1, -sig.SIGKILL])
+    assert "rank 1 of 2" in str(err) and "signal SIGKILL" in str(err)
+    # a peer's connection error recorded first does not hide the real error recorded after it
+    record(1, "ValueError: bad batch", 2)
+    err = d._first_failure(tmp_path, 2, Noticed(0), [1, 1])
+    assert "rank 1 of 2" in str(err) and "ValueError: bad batch" in str(err)
+    # ranks stopped with SIGTERM by the launcher are not causes
+    (tmp_path / "rank0.error").unlink()
+    err = d._first_failure(tmp_path, 2, Noticed(1), [-sig.SIGTERM, 1])
+    assert "rank 1 of 2" in str(err)
+
+
 def test_a_hanging_job_times_out_and_leaves_nothing():
     with pytest.raises(d.LaunchTimeout, match="still running after 3 s"):
         d.launch(workers.sleep_forever, 2, timeout=3, echo=None)

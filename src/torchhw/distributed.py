@@ -4,10 +4,10 @@ One promise: output shown with each rank's prefix, errors that carry the failing
 rank's traceback, bounded time, and no process left behind, whether a rank crashes, a
 collective hangs, or the reader presses stop.
 
-- :func:`launch` starts ``nprocs`` processes with the *spawn* start method (fork deadlocks once
-   the parent has run an OpenMP op), joins them in a process group (gloo on CPU, NCCL when
-   there is a GPU per rank) through a file-based rendezvous (no ports to collide), and
-   returns each rank's return value::
+- :func:`launch` starts ``nprocs`` processes through ``torch.multiprocessing.start_processes``
+   with the *spawn* start method (fork deadlocks once the parent has run an OpenMP op), joins
+   them in a process group (gloo on CPU, NCCL when there is a GPU per rank) through a
+   file-based rendezvous (no ports to collide), and returns each rank's return value::
 
        results = launch(lesson.collectives, nprocs=2, device=device)
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import socket
 import sys
 import tempfile
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
-import multiprocessing as mp
 
 import psutil
 
@@ -108,9 +108,11 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)
 
 
-def _child(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, world_size: int,
-           backend: str, device: str, init_method: str, workdir: str, threads: int,
+def _child(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size: int,
+           backend: str, devices: list[str], init_method: str, workdir: str, threads: int,
            collective_timeout: float, parent: int, init_group: bool = True) -> None:
+    """One rank, started by torch.multiprocessing (which passes the rank first)."""
+    device = devices[rank]
     log = os.open(os.path.join(workdir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # fd level, so C++ messages (gloo, NCCL) are captured too
     os.dup2(log, 2)
@@ -233,43 +235,33 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
          devices: list[str], workdir: Path, threads: int, timeout: float,
          collective_timeout: float, init_group: bool,
          echo: Callable[[str], None] | None) -> list[Any]:
+    import torch.multiprocessing as torch_mp
+
     init_method = f"file://{workdir / 'rendezvous'}"
-    ctx = mp.get_context("spawn")
-    procs: list[Any] = []
     tail = _Tail([workdir / f"rank{r}.log" for r in range(nprocs)], echo or (lambda line: None))
     handles: list[psutil.Process] = []
     try:
+        # torch's own spawn machinery: one process per rank, each told to die with its
+        # parent (pdeathsig), joined with a time-out; a failure stops the others
         with environ(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
-            for rank in range(nprocs):
-                p = ctx.Process(target=_child, name=f"torchhw-rank{rank}",
-                                args=(fn, args, rank, nprocs, backend, devices[rank], init_method,
-                                      str(workdir), threads, collective_timeout, os.getpid(),
-                                      init_group))
-                p.start()
-                procs.append(p)
-                handles.append(psutil.Process(p.pid))
+            context = torch_mp.start_processes(
+                _child, nprocs=nprocs, join=False, start_method="spawn",
+                args=(fn, args, nprocs, backend, devices, init_method, str(workdir), threads,
+                      collective_timeout, os.getpid(), init_group))
+        handles = [psutil.Process(p.pid) for p in context.processes]
         deadline = time.monotonic() + timeout
         while True:
             tail.poll()
-            codes = [p.exitcode for p in procs]
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                # the first to fail is the cause; peers then fail on broken connections
-                def failed_at(r: int) -> float:
-                    error = workdir / f"rank{r}.error"
-                    return error.stat().st_mtime_ns if error.exists() else float("inf")
-                rank = min(failed, key=failed_at)
+            try:
+                if context.join(timeout=0.05, grace_period=1.0):
+                    break
+            except (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException) as failure:
                 stop_processes(handles)
                 tail.poll(final=True)
-                error = workdir / f"rank{rank}.error"
-                detail = error.read_text() if error.exists() else \
-                    f"it died with exit code {codes[rank]} (killed by a signal if negative)"
-                raise RankFailed(f"rank {rank} of {nprocs} failed; the other ranks were "
-                                 f"stopped.\n{detail}")
-            if all(c == 0 for c in codes):
-                break
+                codes = [p.exitcode for p in context.processes]
+                raise _first_failure(workdir, nprocs, failure, codes) from None
             if time.monotonic() > deadline:
-                running = [r for r, c in enumerate(codes) if c is None]
+                running = [r for r, p in enumerate(context.processes) if p.exitcode is None]
                 stop_processes(handles)
                 tail.poll(final=True)
                 raise LaunchTimeout(
@@ -277,10 +269,45 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
                     f"A rank waiting in a collective for a peer that never arrives looks like "
                     f"this; raise timeout= if the work is just slow."
                 )
-            time.sleep(0.05)
         tail.poll(final=True)
         return [pickle.loads((workdir / f"rank{r}.result").read_bytes()) for r in range(nprocs)]
     finally:  # KeyboardInterrupt included: nothing outlives the call
         stop_processes(handles)
-        for p in procs:
-            p.join(timeout=1)
+
+
+# what a rank prints when a *peer* went away: a consequence of a failure, not its cause
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+              "remote process exited", "Connection refused")
+
+
+def _first_failure(workdir: Path, nprocs: int, failure: Exception,
+                   exitcodes: list[int | None]) -> RankFailed:
+    """The rank whose failure caused the others, with its traceback.
+
+    torch reports the first exit it *noticed*; once one rank fails its peers fail on broken
+    connections, often within the same millisecond. So the cause is, in this order: a rank
+    that died without recording an error (killed by a signal that was not ours, such as the
+    OOM killer's, or a segfault), then the earliest recorded error that is not a peer's
+    disappearance, then the earliest recorded error.
+    """
+    records = {int(path.stem[4:]): path for path in workdir.glob("rank*.error")}
+    noticed = getattr(failure, "error_index", -1)
+
+    def died_unrecorded(rank: int, code: int | None) -> bool:
+        # SIGTERM is how torch (and stop_processes) stops the survivors: not a cause
+        return rank not in records and code not in (None, 0) and \
+            (rank == noticed or code != -signal.SIGTERM)
+
+    unrecorded = [r for r, code in enumerate(exitcodes) if died_unrecorded(r, code)]
+    if unrecorded:
+        rank = noticed if noticed in unrecorded else unrecorded[0]
+        code = exitcodes[rank] if exitcodes[rank] is not None else getattr(failure, "exit_code", 0)
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        detail = f"it died with {how} before it could record an error"
+    else:
+        texts = {r: path.read_text() for r, path in records.items()}
+        order = sorted(records, key=lambda r: records[r].stat().st_mtime_ns)
+        causes = [r for r in order if not any(m in texts[r] for m in _PEER_GONE)]
+        rank = (causes or order)[0]
+        detail = texts[rank]
+    return RankFailed(f"rank {rank} of {nprocs} failed; the other ranks were stopped.\n{detail}")
