@@ -11,6 +11,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # notebook kernels inherit this: a FutureWarning, or a DeprecationWarning from a notebook's own
 # code, is an error in the tests (torchhw.notebook.strict_warnings)
 os.environ["TORCHHW_STRICT_WARNINGS"] = "1"
+# pytest-xdist runs two notebooks side by side (-n 2): each kernel, and each worker, gets its
+# share of the cores, so two kernels never run more threads than there are cores (OpenMP
+# threads that outnumber the cores spin and slow everyone). A profile of `torchhw portability`
+# that sets OMP_NUM_THREADS keeps it; the default thread count is covered there and by `make run`.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (_CORES or 1) // _WORKERS))
 # another folder of notebooks can be checked against the same rules (tests/test_verification.py)
 NOTEBOOKS = Path(os.environ.get("TORCHHW_NOTEBOOKS", ROOT / "notebooks"))
 
@@ -27,19 +35,22 @@ def notebook_paths() -> list[Path]:
 
 
 LEFTOVER_MARKS = ("torch.distributed.run", "fixtures_distributed", "multiprocessing.spawn",
+                  "multiprocessing.forkserver",
                   "ipykernel_launcher", "jupyter-lab", "chrom")
 
 
 def leftovers() -> list:
     """Processes this test run started that are still alive (multiprocessing's resource
-    tracker excepted: it belongs to the test process and exits with it)."""
+    tracker and forkserver excepted: they belong to the test process and exit with it)."""
     import psutil
+
+    from torchhw.distributed import is_helper
 
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
             cmd = " ".join(p.cmdline())
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in cmd \
+            if p.status() != psutil.STATUS_ZOMBIE and not is_helper(p) \
                     and any(mark in cmd for mark in LEFTOVER_MARKS):
                 found.append(p)
         except psutil.Error:

@@ -51,6 +51,11 @@ def collectives(info):
             "all_gather": [t.item() for t in gathered], "device": str(mine.device)}
 
 
+def environment(info):
+    """What a rank sees of the launcher's environment."""
+    return {"probe": os.environ.get("TORCHHW_PROBE"), "debug": str(dist.get_debug_level())}
+
+
 def fail_on(info, bad_rank=1):
     """Raise on ``bad_rank`` while the others wait in a collective (the crash path)."""
     if info.rank == bad_rank:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import json
@@ -34,6 +35,17 @@ def test_launch_returns_results_and_prefixes_output():
     assert any(l.startswith("[rank 0] mine=1") for l in lines)
     assert any(l.startswith("[rank 1] mine=2") for l in lines)
     assert not leftovers()
+
+
+def test_ranks_see_the_launchers_environment_at_launch_time():
+    # the forkserver was started by an earlier launch, with another environment: the ranks
+    # must still see the environment of the call that launched them
+    d.launch(workers.hello, 2, echo=None)
+    with d.environ(TORCHHW_PROBE="here", TORCH_DISTRIBUTED_DEBUG="DETAIL"):
+        results = d.launch(workers.environment, 2, echo=None)
+    assert all(r["probe"] == "here" and r["debug"].endswith("DETAIL") for r in results), results
+    results = d.launch(workers.environment, 2, echo=None)
+    assert all(r["probe"] is None and r["debug"].endswith("OFF") for r in results), results
 
 
 def test_a_failing_rank_raises_with_its_traceback_and_stops_the_others():
@@ -118,20 +130,27 @@ def test_an_interrupt_leaves_nothing_running(tmp_path, route):
     script.write_text(SCRIPT)
     job = subprocess.Popen([sys.executable, str(script), route], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
+    output = []
     try:
         for line in job.stdout:  # wait until both ranks run
+            output.append(line)
             if "sleeping" in line:
                 break
+        # keep reading, so the job never blocks on a full pipe while it shuts down
+        reader = threading.Thread(target=lambda: output.extend(job.stdout), daemon=True)
+        reader.start()
         time.sleep(1.0)
-        descendants = [p.pid for p in psutil.Process(job.pid).children(recursive=True)
-                       if "resource_tracker" not in " ".join(p.cmdline())]
+        # the job's forkserver is in the list too: it must exit with the job
+        descendants = [p.pid for p in psutil.Process(job.pid).children(recursive=True)]
         assert len(descendants) >= 2
         job.send_signal(signal.SIGINT)  # what pressing stop in Jupyter does
-        job.wait(timeout=30)
+        # generous: on a loaded 2-core machine a torchrun agent takes seconds to stop
+        job.wait(timeout=90)
         deadline = time.monotonic() + 15
         while alive(descendants) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not alive(descendants), f"still running after the interrupt: {alive(descendants)}"
+        assert not alive(descendants), \
+            f"still running after the interrupt: {alive(descendants)}\n{''.join(output)[-2000:]}"
     finally:
         if job.poll() is None:
             job.kill()

@@ -136,7 +136,7 @@ def _stress(args: argparse.Namespace) -> int:
     from .stress import stress
 
     start = time.monotonic()
-    failures = stress(args.runs)
+    failures = stress(args.runs, cases=args.case or None)
     for kind, failed in failures.items():
         print(f"{kind}: {args.runs} runs, {len(failed)} failed")
         for line in failed:
@@ -222,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     st = sub.add_parser("stress", help="the 2-rank launch, the 2-node job and the 2-node crash many times; count failures")
     st.add_argument("--runs", type=int, default=50)
+    st.add_argument("--case", action="append", choices=["launch", "torchrun", "crash"],
+                    help="one case (repeatable; default: all three)")
     st.set_defaults(func=_stress)
 
     for p in (run, lst, regen, badges, port):

@@ -2,7 +2,8 @@
 
 Three cases, each run ``runs`` times:
 
-- ``launch``: 2 ranks started by :func:`torchhw.distributed.launch`;
+- ``launch``: 2 ranks started by :func:`torchhw.distributed.launch`, then 2 ranks of which
+  one raises: the error must name that rank;
 - ``torchrun``: a 2-node x 2-rank torchrun job on 127.0.0.1 (c10d rendezvous);
 - ``crash``: the same 2-node job training with checkpoints, a worker on the second node
   crashing once; it must resume and end with the same parameter hash as a run without a fault.
@@ -20,12 +21,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import psutil
 
 from ..agents import torchrun
-from ..distributed import launch
+from ..distributed import RankFailed, is_helper, launch
 from .paths import find_root
 
 
@@ -36,8 +37,7 @@ def _fixtures() -> Path:
 
 
 def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(p.cmdline())}
+    return {p.pid for p in psutil.Process().children(recursive=True) if not is_helper(p)}
 
 
 def _train(folder: Path, name: str, crash: bool) -> str:
@@ -55,15 +55,29 @@ def _train(folder: Path, name: str, crash: bool) -> str:
     return json.loads((folder / f"{name}.json").read_text())["digest"]
 
 
-def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, list[str]]:
-    """Run each case ``runs`` times; return each case's failures."""
+def _failing_launch(fixtures) -> None:
+    """Rank 1 raises while rank 0 waits in a barrier: the report must name rank 1's error."""
+    try:
+        launch(fixtures.fail_on, 2, echo=None, timeout=90)
+    except RankFailed as err:
+        if "rank 1 of 2 failed" not in str(err) or "told to fail" not in str(err):
+            raise RuntimeError("the failure was blamed on the wrong rank: " + str(err)[:300])
+    else:
+        raise RuntimeError("a failing rank did not raise RankFailed")
+
+
+def stress(runs: int = 50, echo: Callable[[str], None] = print,
+           cases: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Run each case (all three by default) ``runs`` times; return each case's failures."""
     sys.path.insert(0, str(_fixtures().parent))
     fixtures = importlib.import_module("fixtures_distributed")
-    failures: dict[str, list[str]] = {"launch": [], "torchrun": [], "crash": []}
+    failures: dict[str, list[str]] = {k: [] for k in cases or ("launch", "torchrun", "crash")}
     with tempfile.TemporaryDirectory(prefix="torchhw-stress-") as tmp:
         folder = Path(tmp)
-        reference = _train(folder, "reference", crash=False)
-        echo(f"reference run without a fault: parameter hash {reference}")
+        reference = ""
+        if "crash" in failures:
+            reference = _train(folder, "reference", crash=False)
+            echo(f"reference run without a fault: parameter hash {reference}")
         for i in range(1, runs + 1):
             for kind in failures:
                 start = time.monotonic()
@@ -73,6 +87,7 @@ def stress(runs: int = 50, echo: Callable[[str], None] = print) -> dict[str, lis
                         out: list[str] = []
                         launch(fixtures.hello, 2, echo=out.append, timeout=90)
                         text = "\n".join(out)
+                        _failing_launch(fixtures)
                     elif kind == "torchrun":
                         text = "\n".join(r.output for r in torchrun(
                             str(_fixtures()), ["hello"], nproc_per_node=2, nnodes=2, echo=None,
