@@ -70,6 +70,13 @@ def killed_on(info, bad_rank=1):
     dist.barrier()
 
 
+def skips_collective(info, culprit=1):
+    """The culprit skips an all_reduce that its peers then wait in (the time-out path)."""
+    if info.rank != culprit:
+        dist.all_reduce(torch.ones(1))
+    return info.rank
+
+
 def sleep_forever(info):
     """Never return (the time-out and interrupt paths)."""
     print("sleeping", flush=True)

@@ -6,8 +6,8 @@ all cells, checks that the plot images have loaded, that the learning-rate slide
 that moving it redraws the plot. Screenshots go to build/test-artifacts/.
 Everything started here is stopped, and the test fails if a process is left behind.
 
-It takes about a minute on 2 cores (50-75 s measured), so it is marked `browser`: `make test` leaves it out and `.ci/run`
-runs it (`make browser`).
+It needs Chromium and takes 20-30 s on 2 cores, so it is marked `browser`: the default suite
+leaves it out and `make test` runs it afterwards (`make browser`).
 """
 
 from __future__ import annotations

@@ -102,6 +102,21 @@ def test_a_hanging_job_times_out_and_leaves_nothing():
     assert not leftovers()
 
 
+def test_a_time_out_shows_where_each_stuck_rank_waits():
+    lines = []
+    with pytest.raises(d.LaunchTimeout) as err:
+        d.launch(workers.skips_collective, 3, echo=lines.append, timeout=4, collective_timeout=3600)
+    message = str(err.value)
+    assert "ranks [0, 1, 2] were still running" in message
+    stacks = {r: message.split(f"[rank {r}]\n")[1].split("\n[rank")[0] for r in range(3)}
+    for rank in (0, 2):  # stuck in the collective that rank 1 skipped
+        assert "in skips_collective" in stacks[rank] and "in all_reduce" in stacks[rank], message
+    assert "function had returned" in stacks[1] and "skips_collective" not in stacks[1], message
+    assert "_watch_parent" not in message and "forkserver.py" not in message
+    assert any(line.startswith("[rank 0]") and "skips_collective" in line for line in lines)
+    assert not leftovers()
+
+
 def test_functions_from_the_notebook_are_refused_with_advice():
     def local(info):
         return info.rank

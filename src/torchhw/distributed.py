@@ -20,6 +20,8 @@ torchrun, which starts processes on one or several nodes, lives in :mod:`torchhw
 
 from __future__ import annotations
 
+import faulthandler
+import logging
 import os
 import pickle
 import signal
@@ -130,6 +132,9 @@ def _child(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    # on SIGUSR1 Python writes this rank's stacks to the log: the launcher asks for them at a
+    # time-out, so the report shows the line each stuck rank is waiting on
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     out = Path(workdir) / f"rank{rank}"
     try:
         import torch
@@ -168,18 +173,31 @@ def _child(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size:
 
 # --------------------------------------------------------------------------- the parent side
 
+@contextmanager
+def _quiet_spawn_log() -> Iterator[None]:
+    logger = logging.getLogger("torch.multiprocessing.spawn")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _start_method() -> str:
-    """``forkserver`` where the platform has it, else ``spawn``.
+    """``forkserver`` on Linux, ``spawn`` elsewhere.
 
     Both start clean processes (never a fork of a parent that has run OpenMP, which can
     deadlock). The forkserver imports torch once, when the first launch starts it, and each
-    rank is then a fork of that idle server: a launch costs tens of milliseconds instead of
+    rank is then a fork of that idle server: a launch costs a fraction of a second instead of
     a torch import per rank (1-2 s each on a small machine). The server lives as long as the
-    launching process (a kernel) and exits with it.
+    launching process (a kernel) and exits with it. On macOS a fork of a process that has
+    loaded Apple's frameworks (as importing torch does) is not safe, so there, as on Windows,
+    each rank is spawned.
     """
     import multiprocessing
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if not sys.platform.startswith("linux"):
         return "spawn"
     # what the server imports when it starts (no effect once it runs)
     multiprocessing.set_forkserver_preload(["torch", "torch.distributed", __name__])
@@ -299,8 +317,9 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
         while True:
             tail.poll()
             try:
-                if context.join(timeout=0.05, grace_period=1.0):
-                    break
+                with _quiet_spawn_log():  # its "Terminating process" warnings: we report it
+                    if context.join(timeout=0.05, grace_period=1.0):
+                        break
             except (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException) as failure:
                 stop_processes(handles)
                 tail.poll(final=True)
@@ -308,12 +327,14 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
                 raise _first_failure(workdir, nprocs, failure, codes) from None
             if time.monotonic() > deadline:
                 running = [r for r, p in enumerate(context.processes) if p.exitcode is None]
+                stacks = _stacks(running, handles, tail)
                 stop_processes(handles)
                 tail.poll(final=True)
                 raise LaunchTimeout(
                     f"ranks {running} were still running after {timeout:g} s and were stopped. "
                     f"A rank waiting in a collective for a peer that never arrives looks like "
-                    f"this; raise timeout= if the work is just slow."
+                    f"this; raise timeout= if the work is just slow. Where each was (Python "
+                    f"stack, most recent call first):\n{stacks}"
                 )
         tail.poll(final=True)
         return [pickle.loads((workdir / f"rank{r}.result").read_bytes()) for r in range(nprocs)]
@@ -324,6 +345,44 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
 # what a rank prints when a *peer* went away: a consequence of a failure, not its cause
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
               "remote process exited", "Connection refused")
+
+
+def _stacks(ranks: list[int], handles: list[psutil.Process], tail: _Tail) -> str:
+    """Ask each of ``ranks`` for its Python stack (SIGUSR1, see _child) and return the
+    main thread's, rank by rank. The dumps also appear in the live output."""
+    tail.poll()
+    start = list(tail.offsets)
+    for r in ranks:
+        try:
+            handles[r].send_signal(signal.SIGUSR1)
+        except psutil.Error:
+            pass
+    time.sleep(0.5)  # faulthandler writes at once; a rank in C++ code answers on return too
+    report = []
+    for r in ranks:
+        with open(tail.paths[r], "rb") as f:
+            f.seek(start[r])
+            dump = f.read().decode(errors="replace")
+        # one block per thread; threads started with `threading` (the launcher's own watcher
+        # among them) are not the rank's main thread
+        blocks = [b for b in dump.split("\n\n") if "(most recent call first)" in b]
+        main = [b for b in blocks if "threading.py" not in b] or blocks
+        report.append(f"[rank {r}]\n" + _trim_stack(main[0] if main else ""))
+    return "\n".join(report)
+
+
+def _trim_stack(block: str) -> str:
+    """A faulthandler stack down to the launcher's frame (the frames below it are
+    multiprocessing's), saying so when the rank's function had already returned."""
+    frames = block.strip().splitlines()[1:]
+    if not frames:
+        return "  (no stack: the rank did not answer)"
+    ours = next((i for i, f in enumerate(frames) if f.endswith(" in _child")), len(frames) - 1)
+    frames = frames[:ours + 1]
+    if all("/torch/" in f for f in frames[:-1]):  # only torch between the launcher and the top
+        frames.append("  (the function had returned: the rank waits in the launcher's final "
+                      "barrier for the others)")
+    return "\n".join(frames)
 
 
 def _first_failure(workdir: Path, nprocs: int, failure: Exception,
