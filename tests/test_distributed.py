@@ -96,6 +96,22 @@ def test_the_cause_is_chosen_over_its_consequences(tmp_path):
     assert "rank 1 of 2" in str(err)
 
 
+def test_the_main_threads_stack_is_read_from_a_dump_of_all_threads(tmp_path):
+    dump = ('Thread 0x01 (most recent call first):\n  <no Python frame>\n\n'
+            'Thread 0x02 (most recent call first):\n'
+            '  File "/py/threading.py", line 9 in _bootstrap\n\n'
+            'Current thread 0x03 (most recent call first):\n'
+            '  File "/x/torch/distributed/distributed_c10d.py", line 9 in init_process_group\n'
+            '  File "/x/torchhw/distributed.py", line 5 in _child\n'
+            '  File "/py/multiprocessing/process.py", line 3 in _bootstrap\n')
+    stack = d._trim_stack(d._main_thread(dump))
+    assert "init_process_group" in stack and "has not started" in stack
+    assert "threading.py" not in stack and "process.py" not in stack
+    # a rank that has not yet said it can answer is not signalled (SIGUSR1 would kill it)
+    tail = d._Tail([tmp_path / "rank0.log"], lambda line: None)
+    assert "still starting" in d._stacks([0], {}, tail, tmp_path)
+
+
 def test_a_hanging_job_times_out_and_leaves_nothing():
     with pytest.raises(d.LaunchTimeout, match="still running after 3 s"):
         d.launch(workers.sleep_forever, 2, timeout=3, echo=None)

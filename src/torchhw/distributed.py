@@ -5,14 +5,15 @@ rank's traceback, bounded time, and no process left behind, whether a rank crash
 collective hangs, or the reader presses stop.
 
 - :func:`launch` starts ``nprocs`` processes through ``torch.multiprocessing.start_processes``
-   with the *spawn* start method (fork deadlocks once the parent has run an OpenMP op), joins
-   them in a process group (gloo on CPU, NCCL when there is a GPU per rank) through a
-   file-based rendezvous (no ports to collide), and returns each rank's return value::
+   (forked from a forkserver that has imported torch on Linux, spawned elsewhere: never a fork
+   of a parent that has run an OpenMP op, which can deadlock), joins them in a process group
+   (gloo on CPU, NCCL when there is a GPU per rank) through a file-based rendezvous (no ports
+   to collide), and returns each rank's return value::
 
        results = launch(lesson.collectives, nprocs=2, device=device)
 
    The function must be importable from a module (a file the notebook writes, for example):
-   a function defined in a notebook cell cannot be pickled into a spawned process. The
+   a function defined in a notebook cell cannot be pickled into another process. The
    ``device`` decides where every rank runs, so two runs never compare different hardware.
 
 torchrun, which starts processes on one or several nodes, lives in :mod:`torchhw.agents`.
@@ -34,6 +35,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -112,17 +114,19 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
         try:
             os.kill(parent, 0)
-        except ProcessLookupError:
+        except OSError:  # gone, or its number now belongs to another user's process
             os._exit(3)
 
 
-def _child(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size: int,
+def _child(rank: int, payload: bytes, world_size: int,
            backend: str, devices: list[str], init_method: str, workdir: str, threads: int,
            collective_timeout: float, parent: int, init_group: bool,
            environment: dict[str, str]) -> None:
     """One rank, started by torch.multiprocessing (which passes the rank first)."""
     # a forkserver child inherits the server's environment, not the launcher's: take the
-    # launcher's as it is now (TORCH_DISTRIBUTED_DEBUG set for one launch, for example)
+    # launcher's as it is now (TORCH_DISTRIBUTED_DEBUG set for one launch, for example).
+    # Variables read when torch is imported (TORCH_CPP_LOG_LEVEL, TORCH_LOGS, the OpenMP
+    # runtime's) keep the values the server started with.
     os.environ.clear()
     os.environ.update(environment)
     device = devices[rank]
@@ -132,11 +136,16 @@ def _child(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    # on SIGUSR1 Python writes this rank's stacks to the log: the launcher asks for them at a
-    # time-out, so the report shows the line each stuck rank is waiting on
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     out = Path(workdir) / f"rank{rank}"
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        # on SIGUSR1 Python writes this rank's stacks to the log at once, even inside a C++
+        # call: the launcher asks for them at a time-out, once the rank says it can answer
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        out.with_suffix(".ready").touch()
     try:
+        # the function and its arguments are unpickled only now, so importing their module
+        # sees the launcher's environment too
+        fn, args = pickle.loads(payload)
         import torch
         import torch.distributed as dist
 
@@ -265,12 +274,15 @@ def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
            device: Any = "cpu", threads: int = 1, timeout: float = 120,
            collective_timeout: float = 30, init_group: bool = True,
            echo: Callable[[str], None] | None = print) -> list[Any]:
-    """Run ``fn(RankInfo, *args)`` on ``nprocs`` spawned processes; return each rank's result.
+    """Run ``fn(RankInfo, *args)`` on ``nprocs`` new processes; return each rank's result.
 
     - ``device``: the kind of hardware every rank runs on (see :func:`placement`).
     - ``threads``: intra-op threads per rank (1 by default: N ranks on N cores).
     - ``timeout``: seconds for the whole job; ``collective_timeout``: for one collective
       (and the rendezvous), so a rank waiting for a dead peer fails instead of hanging.
+      Whichever comes first ends a hang: the collective's as a RankFailed from the rank that
+      gave up waiting first, the job's as a LaunchTimeout that holds every rank's Python
+      stack. To find the rank a hang waits for, make ``collective_timeout`` the longer one.
     - ``init_group``: join the ranks in a process group before calling ``fn`` (False: ``fn``
       calls ``init_process_group`` itself with ``info.backend`` and ``info.init_method``).
     - ``echo``: where rank output goes, line by line with a ``[rank N]`` prefix (None: nowhere).
@@ -303,16 +315,23 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
 
     init_method = f"file://{workdir / 'rendezvous'}"
     tail = _Tail([workdir / f"rank{r}.log" for r in range(nprocs)], echo or (lambda line: None))
-    handles: list[psutil.Process] = []
+    handles: dict[int, psutil.Process] = {}
+    # pickled here, unpickled in the rank once it has taken the launcher's environment
+    payload = bytes(ForkingPickler.dumps((fn, args)))
     try:
-        # torch's own process machinery: one process per rank, each told to die with its
-        # parent (pdeathsig), joined with a time-out; a failure stops the others
+        # torch's own process machinery: one process per rank, each told to die with the
+        # process that started it (pdeathsig: the forkserver, which exits with us), joined
+        # with a time-out; a failure stops the others
         with environ(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)):
             context = torch_mp.start_processes(
                 _child, nprocs=nprocs, join=False, start_method=_start_method(),
-                args=(fn, args, nprocs, backend, devices, init_method, str(workdir), threads,
+                args=(payload, nprocs, backend, devices, init_method, str(workdir), threads,
                       collective_timeout, os.getpid(), init_group, dict(os.environ)))
-        handles = [psutil.Process(p.pid) for p in context.processes]
+        for rank, process in enumerate(context.processes):
+            try:
+                handles[rank] = psutil.Process(process.pid)
+            except psutil.NoSuchProcess:  # already gone: the join below reports it
+                pass
         deadline = time.monotonic() + timeout
         while True:
             tail.poll()
@@ -321,14 +340,14 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
                     if context.join(timeout=0.05, grace_period=1.0):
                         break
             except (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException) as failure:
-                stop_processes(handles)
+                stop_processes(list(handles.values()))
                 tail.poll(final=True)
                 codes = [p.exitcode for p in context.processes]
                 raise _first_failure(workdir, nprocs, failure, codes) from None
             if time.monotonic() > deadline:
                 running = [r for r, p in enumerate(context.processes) if p.exitcode is None]
-                stacks = _stacks(running, handles, tail)
-                stop_processes(handles)
+                stacks = _stacks(running, handles, tail, workdir)
+                stop_processes(list(handles.values()))
                 tail.poll(final=True)
                 raise LaunchTimeout(
                     f"ranks {running} were still running after {timeout:g} s and were stopped. "
@@ -339,7 +358,7 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, backend: st
         tail.poll(final=True)
         return [pickle.loads((workdir / f"rank{r}.result").read_bytes()) for r in range(nprocs)]
     finally:  # KeyboardInterrupt included: nothing outlives the call
-        stop_processes(handles)
+        stop_processes(list(handles.values()))
 
 
 # what a rank prints when a *peer* went away: a consequence of a failure, not its cause
@@ -347,41 +366,58 @@ _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken p
               "remote process exited", "Connection refused")
 
 
-def _stacks(ranks: list[int], handles: list[psutil.Process], tail: _Tail) -> str:
+def _stacks(ranks: list[int], handles: dict[int, psutil.Process], tail: _Tail,
+            workdir: Path) -> str:
     """Ask each of ``ranks`` for its Python stack (SIGUSR1, see _child) and return the
     main thread's, rank by rank. The dumps also appear in the live output."""
     tail.poll()
     start = list(tail.offsets)
-    for r in ranks:
+    # only a rank that has registered the handler may be signalled: SIGUSR1 kills the others
+    ready = [r for r in ranks if (workdir / f"rank{r}.ready").exists() and r in handles]
+    for r in ready:
         try:
             handles[r].send_signal(signal.SIGUSR1)
         except psutil.Error:
             pass
-    time.sleep(0.5)  # faulthandler writes at once; a rank in C++ code answers on return too
+    time.sleep(0.5)  # faulthandler writes at once, from its signal handler
     report = []
     for r in ranks:
+        if r not in ready:
+            report.append(f"[rank {r}]\n  (no stack: the rank was still starting)")
+            continue
         with open(tail.paths[r], "rb") as f:
             f.seek(start[r])
             dump = f.read().decode(errors="replace")
-        # one block per thread; threads started with `threading` (the launcher's own watcher
-        # among them) are not the rank's main thread
-        blocks = [b for b in dump.split("\n\n") if "(most recent call first)" in b]
-        main = [b for b in blocks if "threading.py" not in b] or blocks
-        report.append(f"[rank {r}]\n" + _trim_stack(main[0] if main else ""))
+        report.append(f"[rank {r}]\n" + _trim_stack(_main_thread(dump)))
     return "\n".join(report)
+
+
+def _main_thread(dump: str) -> str:
+    """The main thread's block of a faulthandler dump of all threads."""
+    # one block per Python thread, the newest first and the main thread last; threads that
+    # never ran Python code (autograd's, for one) have no frames
+    blocks = [b for b in dump.split("\n\n")
+              if "(most recent call first)" in b and "<no Python frame>" not in b]
+    main = [b for b in blocks if " in _child" in b] or blocks[-1:]
+    return main[0] if main else ""
 
 
 def _trim_stack(block: str) -> str:
     """A faulthandler stack down to the launcher's frame (the frames below it are
-    multiprocessing's), saying so when the rank's function had already returned."""
+    multiprocessing's), saying so when the rank was in the launcher's own code."""
     frames = block.strip().splitlines()[1:]
     if not frames:
         return "  (no stack: the rank did not answer)"
     ours = next((i for i, f in enumerate(frames) if f.endswith(" in _child")), len(frames) - 1)
     frames = frames[:ours + 1]
-    if all("/torch/" in f for f in frames[:-1]):  # only torch between the launcher and the top
-        frames.append("  (the function had returned: the rank waits in the launcher's final "
-                      "barrier for the others)")
+    inside = frames[:-1]
+    if inside and all("/torch/" in f for f in inside):  # only torch above the launcher
+        if any(f.endswith(" in barrier") for f in inside):
+            frames.append("  (the function had returned: the rank waits in the launcher's "
+                          "final barrier for the others)")
+        elif any(f.endswith(" in init_process_group") for f in inside):
+            frames.append("  (the function has not started: the rank waits for the others "
+                          "to join the process group)")
     return "\n".join(frames)
 
 
@@ -409,6 +445,8 @@ def _first_failure(workdir: Path, nprocs: int, failure: Exception,
         code = exitcodes[rank] if exitcodes[rank] is not None else getattr(failure, "exit_code", 0)
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         detail = f"it died with {how} before it could record an error"
+        if rank == noticed and "terminated with the following error" in str(failure):
+            detail += str(failure)  # raised before the launcher's own handler was in place
     else:
         texts = {r: path.read_text() for r, path in records.items()}
         order = sorted(records, key=lambda r: records[r].stat().st_mtime_ns)
