@@ -156,7 +156,10 @@ SCRIPT = textwrap.dedent(f"""
 
 
 @pytest.mark.parametrize("route", ["launch", "torchrun"])
-def test_an_interrupt_leaves_nothing_running(tmp_path, route):
+@pytest.mark.parametrize("how", ["interrupt", "kill"])
+def test_an_interrupt_or_a_killed_launcher_leaves_nothing_running(tmp_path, route, how):
+    """Pressing stop (SIGINT), or the launcher killed outright (SIGKILL: a kernel restarted in
+    the middle of a cell), and every rank, agent and helper process goes with it."""
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     job = subprocess.Popen([sys.executable, str(script), route], stdout=subprocess.PIPE,
@@ -171,20 +174,22 @@ def test_an_interrupt_leaves_nothing_running(tmp_path, route):
         reader = threading.Thread(target=lambda: output.extend(job.stdout), daemon=True)
         reader.start()
         time.sleep(1.0)
-        # the job's forkserver is in the list too: it must exit with the job
+        # the job's forkserver or torchrun guard is in the list too: it must go as well
         descendants = [p.pid for p in psutil.Process(job.pid).children(recursive=True)]
         assert len(descendants) >= 2
-        job.send_signal(signal.SIGINT)  # what pressing stop in Jupyter does
+        job.send_signal(signal.SIGINT if how == "interrupt" else signal.SIGKILL)
         # generous: on a loaded 2-core machine a torchrun agent takes seconds to stop
         job.wait(timeout=90)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while alive(descendants) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not alive(descendants), \
-            f"still running after the interrupt: {alive(descendants)}\n{''.join(output)[-2000:]}"
+            f"still running after the {how}: {alive(descendants)}\n{''.join(output)[-2000:]}"
     finally:
         if job.poll() is None:
             job.kill()
+        for pid in alive(locals().get("descendants", [])):  # never leave them to later tests
+            psutil.Process(pid).kill()
 
 
 def test_torchrun_crash_without_restarts_fails_clearly(tmp_path):

@@ -3,7 +3,8 @@
 Same promise as :func:`torchhw.distributed.launch`: output streamed (each node's lines with its
 prefix), failures raised with the workers' own traceback, bounded time, and no process left
 behind. Stopping torchrun takes SIGTERM to the agent, which stops its workers; killing the
-agent's process group is not enough, since workers run in process groups of their own.
+agent's process group is not enough, since workers run in process groups of their own. Each
+agent runs under :mod:`torchhw.guard`, which stops it if the launching process dies first.
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threa
 
     try:
         for i, cmd in enumerate(commands):
-            agent = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            # under torchhw.guard, which stops the agent if this process dies without doing so
+            guarded = [sys.executable, "-m", "torchhw.guard", str(os.getpid()), "--", *cmd]
+            agent = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=_agent_env(threads, envs[i] if envs else None), start_new_session=True)
             agents.append(agent)
             t = threading.Thread(target=read, args=(i, agent.stdout), daemon=True)
