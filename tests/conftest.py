@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["TORCHHW_STRICT_WARNINGS"] = "1"
 # pytest-xdist runs two notebooks side by side (-n 2): each kernel, and each worker, gets its
 # share of the cores, so two kernels never run more threads than there are cores (OpenMP
-# threads that outnumber the cores spin and slow everyone). A profile of `torchhw portability`
-# that sets OMP_NUM_THREADS keeps it; the default thread count is covered there and by `make run`.
+# threads that outnumber the cores spin and slow everyone). The thread profiles of
+# `torchhw portability` set their own count; `make run` uses torch's default.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
     _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

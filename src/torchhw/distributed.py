@@ -41,6 +41,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import psutil
 
+from .guard import alive
+
 
 class RankFailed(RuntimeError):
     """A rank raised or died. The message holds its traceback; the other ranks were stopped."""
@@ -112,9 +114,7 @@ def _watch_parent(parent: int) -> None:
     """
     while True:
         time.sleep(0.5)
-        try:
-            os.kill(parent, 0)
-        except OSError:  # gone, or its number now belongs to another user's process
+        if not alive(parent):
             os._exit(3)
 
 
@@ -442,7 +442,7 @@ def _first_failure(workdir: Path, nprocs: int, failure: Exception,
     unrecorded = [r for r, code in enumerate(exitcodes) if died_unrecorded(r, code)]
     if unrecorded:
         rank = noticed if noticed in unrecorded else unrecorded[0]
-        code = exitcodes[rank] if exitcodes[rank] is not None else getattr(failure, "exit_code", 0)
+        code = exitcodes[rank] or 0  # not None: died_unrecorded asks for an exit
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         detail = f"it died with {how} before it could record an error"
         if rank == noticed and "terminated with the following error" in str(failure):

@@ -21,7 +21,8 @@ import sys
 from types import FrameType
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (and is ours to signal)."""
     try:
         os.kill(pid, 0)
     except OSError:  # gone, or its number now belongs to another user's process
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None, grace: float = 10.0) -> int:
             return code if code >= 0 else 128 - code  # a signal N reads as 128 + N, as in a shell
         except subprocess.TimeoutExpired:
             pass
-        if not _alive(launcher):
+        if not alive(launcher):
             child.terminate()
             try:
                 child.wait(timeout=grace)
