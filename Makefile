@@ -1,7 +1,8 @@
 # torchhw: every target creates the virtual environment it needs on first use.
 #   make run        execute the whole course with papermill (quick mode) into runs/<timestamp>/
 #   make test       every test: unit tests, nbval (strict) over every notebook, the browser tests
-#   make lab        open JupyterLab at notebooks/ with the course's settings (no news prompt)
+#   make lab        open JupyterLab at notebooks/ with the course's settings (no news prompt);
+#                   installs the learner's package and Lab only, no test tools
 #   make notebooks  regenerate every notebook's committed outputs on a fresh kernel
 #   make bench      the benchmark command (matmul and memory bandwidth on this machine)
 #   make browser    only the JupyterLab-in-Chromium tests (marker `browser`; part of make test)
@@ -10,80 +11,95 @@
 #   make handouts   static HTML site of the executed course in build/handouts/, works offline
 #   make binder     simulate Binder's build (binder/) in a fresh environment, run notebook 00
 #   make learner    a fresh venv with only the learner's dependencies runs notebook 01
+#   make colab      Colab's setup cell in a venv with Colab's versions: nothing is upgraded
+#   make system     find or install chromium, npm and shellcheck, which the tests need
 #   make stress     run the 2-rank and 2-node DDP jobs 50 times each and count failures (ARGS="--runs N")
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
 # Which torch build: `default` lets pip choose (on Linux x86-64 from PyPI that is the CUDA build,
 # several GB, which also runs on a CPU); `cpu` takes the CPU-only build (about 200 MB) from
-# PyTorch's CPU index. Set it on first install: make venv TORCH=cpu
-TORCH  ?= default
-ifeq ($(TORCH),cpu)
-TORCH_INDEX := --extra-index-url https://download.pytorch.org/whl/cpu
-endif
+# PyTorch's CPU index. The choice is remembered in .venv/: `make venv TORCH=cpu` switches an
+# existing environment, and later targets keep it.
+TORCH  ?=
+# Creates or updates .venv/ (src/torchhw/course/bootstrap.py: the standard library only); it
+# does nothing, in well under a second, when the environment is already what is asked for.
+BOOTSTRAP = $(PYTHON) src/torchhw/course/bootstrap.py --venv $(VENV) $(if $(TORCH),--torch $(TORCH))
 
 # Progress bars off in tests and committed outputs, so nbval compares like with like.
 # `make run` shows them only at a terminal, never in CI (see torchhw.runner.progress_wanted).
-test unit browser notebooks binder portability: export TQDM_DISABLE = 1
+test unit browser notebooks binder portability colab: export TQDM_DISABLE = 1
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: learner portability stress venv run test unit lab notebooks bench constraints clean browser badges handouts binder
+.PHONY: learner portability stress venv venv-course run test unit lab notebooks bench \
+	constraints clean browser badges handouts binder system colab deps
 
-venv: $(STAMP)
+# the whole toolchain: the learner's package, the course's tooling and the test suite
+venv:
+	@$(BOOTSTRAP) --extras dev
+# the learner's package and JupyterLab only: what `make lab` needs
+venv-course:
+	@$(BOOTSTRAP) --extras course
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt $(TORCH_INDEX)
-	$(BIN)/python -m pip install --quiet --no-deps -e .
-	@touch $@
-
-run: $(STAMP)
+run: venv
 	$(BIN)/torchhw run $(ARGS)
 
 # every test: the default suite (unit tests, nbval over every notebook, two at a time), then
 # the browser tests. `make portability` (CI runs it too) repeats nbval under other machines.
-test: $(STAMP)
+test: venv
+	$(BIN)/torchhw system --install
 	$(BIN)/python -m pytest $(ARGS)
 	$(MAKE) --no-print-directory browser ARGS=
 
-portability: $(STAMP)
+portability: venv
 	$(BIN)/torchhw portability $(ARGS)
 
-unit: $(STAMP)
+unit: venv
 	$(BIN)/python -m pytest tests $(ARGS)
 
-lab: $(STAMP)
+lab: venv-course
 	$(BIN)/torchhw lab $(ARGS)
 
-browser: $(STAMP)
+browser: venv
+	$(BIN)/torchhw system --install chromium npm
 	$(BIN)/python -m pytest -m browser tests $(ARGS)
 
-badges: $(STAMP)
+# the programs outside Python the tests need (chromium, npm, shellcheck): found or installed
+system: venv
+	$(BIN)/torchhw system --install $(ARGS)
+
+# Colab's setup cell in a venv with Colab's preinstalled versions: nothing upgraded, 04 runs
+colab: venv
+	$(BIN)/torchhw colab
+
+# binder/requirements.txt from pyproject.toml and constraints.txt
+deps: venv
+	$(BIN)/torchhw deps $(ARGS)
+
+badges: venv
 	$(BIN)/torchhw badges $(ARGS)
 
-handouts: $(STAMP)
+handouts: venv
 	$(BIN)/torchhw handouts $(ARGS)
 
-binder: $(STAMP)
+binder: venv
 	$(BIN)/torchhw binder $(ARGS)
 
-notebooks: $(STAMP)
+notebooks: venv
 	$(BIN)/torchhw regen $(ARGS)
 
-bench: $(STAMP)
+bench: venv
 	$(BIN)/torchhw bench $(ARGS)
 
-learner: $(STAMP)
+learner: venv
 	$(BIN)/torchhw learner
 
-stress: $(STAMP)
+stress: venv
 	$(BIN)/python -m pytest -m slow tests
 	$(BIN)/torchhw stress $(ARGS)
 
-constraints: $(STAMP)
+constraints: venv
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt.new
 	@echo "wrote constraints.txt.new: review it, then move it over constraints.txt"
 

@@ -1,20 +1,21 @@
-"""Headless Debian Chromium driven by Playwright, for the browser tests.
+"""Headless Chromium driven by Playwright, for the browser tests.
 
-Playwright is used with the system browser at /usr/bin/chromium: `playwright install` would
-download a browser build of its own, which this project never does. A missing chromium is
-installed by `.ci/run` (apt-get), never by a test; elsewhere the tests are skipped with the reason.
+The browser is the one ``torchhw system`` finds: Debian's chromium, Playwright's own build, or
+any Chrome or Chromium named by TORCHHW_CHROMIUM. ``make test`` installs one first where it can
+(``torchhw system --install``). A test never installs one, and never skips for want of one:
+without a browser it fails with the one line that says what to run.
 """
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-CHROMIUM = Path(os.environ.get("TORCHHW_CHROMIUM", "/usr/bin/chromium"))
+from torchhw.course import system
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 # Flags for a sandboxed CI machine with no network: no GPU, no first-run UI, no background
 # connections (they are refused here, many at a time), no /dev/shm limits.
@@ -24,18 +25,12 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def ensure_chromium() -> Path:
-    """The path of Debian's chromium. Tests never install it: `.ci/run` does, with apt-get.
-
-    Missing here, the browser tests are skipped with the reason; missing in CI (CI=true) they
-    fail, since a skipped browser test there would prove nothing.
-    """
-    if CHROMIUM.exists():
-        return CHROMIUM
-    message = (f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`, "
-               f"as .ci/run does) or point TORCHHW_CHROMIUM at one")
-    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-        pytest.fail(message)
-    pytest.skip(message)
+    """The browser the tests drive; a missing one fails the test with what to run."""
+    found = system.find("chromium")
+    if found is None:
+        pytest.fail(system.advice("chromium") + " (or run `make test`, which installs it)",
+                    pytrace=False)
+    return found
 
 
 @contextmanager
@@ -45,8 +40,11 @@ def browser_page(offline: bool = False) -> Iterator["object"]:
     ``offline=True`` aborts every request that is not to a file or to 127.0.0.1, and records
     it in ``page.blocked`` so a test can show what the page tried to fetch.
     """
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright is missing: run `make venv`")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        pytest.fail("playwright is missing: run `make venv` (it is in the dev extra)",
+                    pytrace=False)
     executable = ensure_chromium()
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(executable), args=FLAGS, headless=True)

@@ -71,3 +71,21 @@ def pytest_sessionfinish(session, exitstatus):
             for p in still:
                 p.kill()
             session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say how many browser tests ran: a run that left them out, or skipped them, says so."""
+    outcomes: dict[str, int] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "browser" in getattr(report, "keywords", {}) and report.when != "teardown":
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    deselected = sum(1 for item in terminalreporter.stats.get("deselected", [])
+                     if item.get_closest_marker("browser"))
+    if outcomes:
+        ran = sum(n for o, n in outcomes.items() if o != "skipped")
+        detail = ", ".join(f"{n} {o}" for o, n in outcomes.items())
+        terminalreporter.write_line(f"browser tests: {ran} ran ({detail})")
+    elif deselected:
+        terminalreporter.write_line(f"browser tests: {deselected} left out of this run "
+                                    f"(`make test` runs them next, or `make browser`)")

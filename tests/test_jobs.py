@@ -6,7 +6,6 @@ per replica with the PET_* variables the operator sets. Both survive an injected
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,11 +41,14 @@ def test_slurm_script_matches_the_job(job):
 
 
 def test_slurm_script_passes_shellcheck(tmp_path, job):
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck; .ci/run does)")
+    from torchhw.course import system
+
+    shellcheck = system.find("shellcheck")
+    if shellcheck is None:
+        pytest.fail(system.advice("shellcheck"), pytrace=False)
     path = tmp_path / "job.sbatch"
     path.write_text(jobs.slurm_script(job))
-    result = subprocess.run(["shellcheck", "--shell=bash", str(path)], capture_output=True, text=True)
+    result = subprocess.run([str(shellcheck), "--shell=bash", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 

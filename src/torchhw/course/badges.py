@@ -52,9 +52,9 @@ def badge_line(repo: str, notebook: str) -> str:
 def setup_cell(repo: str, gpu_sections: bool) -> str:
     """The source of the setup cell: installs the package on Colab, nothing elsewhere."""
     lines = [
-        "# On Colab, install the course's helper package: only what Colab lacks. Its dependencies",
-        "# are floors that Colab's torch, numpy and the rest already meet, and pip upgrades nothing",
-        "# that meets them.",
+        "# On Colab, install the course's helper package. Its dependencies are floors that Colab's",
+        "# preinstalled torch, numpy, ipywidgets and the rest already meet, so pip adds the package",
+        "# alone and no runtime restart is needed (`make colab` checks this against Colab's versions).",
         "# Anywhere else this cell does nothing: the package is already installed.",
         "import sys",
         "",

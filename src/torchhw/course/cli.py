@@ -12,6 +12,9 @@
     torchhw compare A.json B.json [--plot FILE]               two report cards side by side
     torchhw portability [--profile NAME] [NOTEBOOK ...]       nbval as other machines run it
     torchhw learner                                           the learner's install alone works
+    torchhw system [--install] [NAME ...]                     chromium, npm, shellcheck for the tests
+    torchhw colab                                             Colab's setup cell in a Colab-like venv
+    torchhw deps [--check]                                    write (or check) binder/requirements.txt
 """
 
 from __future__ import annotations
@@ -124,6 +127,24 @@ def _learner(args: argparse.Namespace) -> int:
     return learner_main()
 
 
+def _system(args: argparse.Namespace) -> int:
+    from .system import main as system_main
+
+    return system_main(install=args.install, names=args.names)
+
+
+def _colab(args: argparse.Namespace) -> int:
+    from .colab import main as colab_main
+
+    return colab_main()
+
+
+def _deps(args: argparse.Namespace) -> int:
+    from .deps import main as deps_main
+
+    return deps_main(check=args.check)
+
+
 def _portability(args: argparse.Namespace) -> int:
     from .profiles import main as profiles_main
 
@@ -213,6 +234,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     learner = sub.add_parser("learner", help="the learner's install alone runs notebook 01")
     learner.set_defaults(func=_learner)
+
+    system = sub.add_parser("system", help="find (or --install) chromium, npm and shellcheck, "
+                                           "which the tests need")
+    system.add_argument("names", nargs="*", metavar="NAME",
+                        help="chromium, npm or shellcheck (default: all three)")
+    system.add_argument("--install", action="store_true",
+                        help="install what is missing (apt-get as root; Playwright's Chromium)")
+    system.set_defaults(func=_system)
+
+    colab = sub.add_parser("colab", help="Colab's setup cell in a venv with Colab's versions: "
+                                         "nothing upgraded, 04's widgets run")
+    colab.set_defaults(func=_colab)
+
+    deps = sub.add_parser("deps", help="binder/requirements.txt from pyproject.toml and "
+                                       "constraints.txt")
+    deps.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    deps.set_defaults(func=_deps)
 
     port = sub.add_parser("portability", help="strict nbval under emulated machines (ISA, threads)")
     port.add_argument("notebooks", nargs="*")

@@ -1,0 +1,215 @@
+"""Colab, reproduced here: the setup cell's pip line in a venv holding Colab's versions.
+
+    torchhw colab      # build/colab-venv: nothing preinstalled is upgraded, and 04 runs
+
+Colab imports ipywidgets when its kernel starts. If the setup cell's ``pip install`` upgraded
+it (or ipykernel, IPython, torch, numpy), pip would ask for a runtime restart in the very first
+cell. The package's floors must therefore be met by what Colab already has. This builds a
+virtual environment with the versions in :data:`COLAB` (the learner's dependencies, the kernel
+and the widgets as Colab ships them), runs the setup cell's own pip line with the package from
+this checkout instead of from GitHub, compares every installed version before and after, and
+then runs notebook 04, whose learning-rate explorer is the course's widget, on that
+environment's kernel (ipywidgets 7 there, where the course is tested with 8).
+
+Two differences from Colab are unavoidable here: Colab runs Python 3.12 and a CUDA build of
+torch; this runs the tested Python and the torch CPU build that this machine's pip can
+install (:func:`colab_versions` says which). The environment is kept in build/colab-venv and
+rebuilt when :data:`COLAB` or the torch changes; the package is uninstalled before each check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .paths import CourseError, find_root, step
+
+# What a Colab runtime has preinstalled, of what the course's package and its kernel depend on:
+# the versions Colab runtimes reported in 2024-2025 (`pip list`, and pip's resolver warnings
+# about google-colab's own pins). Update them from `pip list` on a current runtime. Whatever
+# else these need, pip picks here, as Colab's image builder did.
+COLAB = {
+    "ipywidgets": "7.7.1", "ipykernel": "6.17.1", "ipython": "7.34.0",
+    "notebook": "6.5.5",  # the classic server, which Colab's widgets 7 require
+    "numpy": "2.0.2", "matplotlib": "3.10.0", "psutil": "5.9.5", "scikit-learn": "1.6.1",
+    "PyYAML": "6.0.2",
+}
+NOTEBOOK = "04_optim.ipynb"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def colab_versions(root: Path) -> dict[str, str]:
+    """:data:`COLAB` plus the torch to stand in for Colab's: the one constraints.txt pins.
+
+    Colab's own torch is a CUDA build for Python 3.12, which this machine cannot install; the
+    pinned CPU build meets the same floor, and the check is that pip keeps it.
+    """
+    pinned = re.search(r"^torch==([\w.]+)", (root / "constraints.txt").read_text(), re.M)
+    if not pinned:
+        raise CourseError("constraints.txt pins no torch")
+    return {**COLAB, "torch": pinned.group(1)}
+
+
+def setup_pip_line(notebook: Path) -> str:
+    """The ``%pip install ...`` line of a notebook's setup cell (its second cell)."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    for line in nb.cells[1].source.splitlines():
+        if line.strip().startswith("%pip install"):
+            return line.strip()
+    raise CourseError(f"{notebook.name}: its setup cell has no %pip install line")
+
+
+def pip_argv(line: str, root: Path) -> list[str]:
+    """The setup cell's pip arguments, with the package taken from ``root`` instead of GitHub."""
+    import shlex
+
+    args = shlex.split(line.removeprefix("%pip").strip())
+    out = []
+    for arg in args:
+        if arg.startswith("torchhw @ git+"):
+            arg = f"torchhw @ {root.as_uri()}"
+        out.append(arg)
+    if not any(a.startswith("torchhw @ ") for a in out):
+        raise CourseError(f"the setup cell's pip line installs no 'torchhw @ git+...': {line}")
+    return out
+
+
+def frozen(python: Path) -> dict[str, str]:
+    """Installed distribution -> version, in the environment of ``python``."""
+    code = ("import importlib.metadata as m, json\n"
+            "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
+            "for d in m.distributions()}))")
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What a pip run changed, except adding the package itself: one line each."""
+    lines = []
+    for name in sorted(set(before) | set(after)):
+        if name == "torchhw":
+            continue
+        old, new = before.get(name), after.get(name)
+        if old != new:
+            lines.append(f"{name}: {old or 'absent'} -> {new or 'removed'}")
+    return lines
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "TORCHHW_STRICT_WARNINGS")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", TQDM_DISABLE="1")
+    return env
+
+
+def build(root: Path, venv: Path, echo=print) -> Path:
+    """The Colab-like environment at ``venv``, built anew when its versions changed."""
+    versions = colab_versions(root)
+    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+    python = venv / "bin" / "python"
+    stamp = venv / "colab-versions.json"
+    if python.exists() and stamp.exists() and json.loads(stamp.read_text()).get("digest") == digest:
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    env = _env()
+    step("fresh virtual environment", [sys.executable, "-m", "venv", str(venv)], env, root, echo)
+    step("Colab's preinstalled versions",
+         [str(python), "-m", "pip", "install", "--quiet",
+          *(f"{name}=={version}" for name, version in versions.items())], env, root, echo)
+    stamp.write_text(json.dumps({"digest": digest, "versions": versions}, indent=1) + "\n")
+    return python
+
+
+def run_notebook(python: Path, notebook: Path, workdir: Path, timeout: int = 600):
+    """Execute ``notebook`` on the kernel of ``python``'s environment; the executed notebook."""
+    import nbformat
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    kernels = workdir / "kernels"
+    spec = kernels / "colab"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Colab-like", "language": "python",
+        "env": {"TORCHHW_STRICT_WARNINGS": "0", "TQDM_DISABLE": "1",
+                "PYDEVD_DISABLE_FILE_VALIDATION": "1"}}))
+    km = KernelManager(kernel_name="colab",
+                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
+    nb = nbformat.read(notebook, as_version=4)
+    try:
+        NotebookClient(nb, km=km, timeout=timeout,
+                       resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    finally:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+    return nb
+
+
+def widget_outputs(nb) -> list[int]:
+    """Indices of the code cells that displayed an ipywidgets view and a figure below it."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        kinds = [set(o.get("data", {})) for o in cell.get("outputs", [])]
+        if any(WIDGET_VIEW in k for k in kinds) and any("image/png" in k for k in kinds):
+            found.append(i)
+    return found
+
+
+def check(root: Path | None = None, echo=print) -> dict:
+    """The whole check; raise :class:`CourseError` on an upgrade or a failing notebook."""
+    start = time.perf_counter()
+    root = find_root(root)
+    workdir = root / "build" / "colab"
+    venv = root / "build" / "colab-venv"
+    workdir.mkdir(parents=True, exist_ok=True)
+    echo(f"Colab-like environment in {venv}", flush=True)
+    python = build(root, venv, echo)
+    env = _env()
+    subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "-y", "torchhw"],
+                   env=env, capture_output=True)
+    before = frozen(python)
+    line = setup_pip_line(root / "notebooks" / NOTEBOOK)
+    args = pip_argv(line, root)
+    step(f"the setup cell: {line}", [str(python), "-m", "pip", *args], env, workdir, echo)
+    after = frozen(python)
+    changed = changes(before, after)
+    if "torchhw" not in after:
+        raise CourseError("the setup cell's pip line did not install torchhw")
+    if changed:
+        shutil.rmtree(venv, ignore_errors=True)  # rebuilt next time: it no longer is Colab's
+        raise CourseError("the setup cell's pip line changed what Colab has preinstalled, so "
+                          "Colab would ask for a restart:\n  " + "\n  ".join(changed) +
+                          "\nlower the package's floors in pyproject.toml to these versions")
+    t0 = time.perf_counter()
+    nb = run_notebook(python, root / "notebooks" / NOTEBOOK, workdir)
+    cells = widget_outputs(nb)
+    if not cells:
+        raise CourseError(f"{NOTEBOOK} ran, but no cell showed a widget above a figure")
+    echo(f"  {NOTEBOOK} on the Colab-like kernel: {time.perf_counter() - t0:.1f} s, widget "
+         f"in cell {cells[0]}", flush=True)
+    seconds = time.perf_counter() - start
+    versions = {name: after.get(name.lower().replace("_", "-")) for name in
+                ("ipywidgets", "ipykernel", "torch", "numpy")}
+    echo(f"Colab check passed in {seconds:.0f} s: nothing upgraded ({', '.join(f'{k} {v}' for k, v in versions.items())})",
+         flush=True)
+    return {"seconds": seconds, "versions": versions, "widget_cells": cells, "changed": changed}
+
+
+def main() -> int:
+    try:
+        check()
+    except (CourseError, subprocess.TimeoutExpired) as err:
+        print(f"torchhw colab: error: {err}", file=sys.stderr)
+        return 1
+    return 0
