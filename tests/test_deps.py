@@ -121,7 +121,11 @@ def test_a_run_with_nothing_to_do_does_nothing(tmp_path):
 
 
 def test_the_readme_explains_the_torch_build_before_the_first_command():
-    first = README.split("```")[0]
-    assert "TORCH=cpu" in README.split("```bash")[1].split("```")[0] or "TORCH=cpu" in first, \
-        "the choice of torch build must come before the first command a reader runs"
-    assert "make clean" not in first or True
+    start_here = README.split("## Start here", 1)[1].split("\n## ", 1)[0]
+    before, first_block = start_here.split("```bash", 1)
+    assert "CUDA build" in before and "CPU build" in before, \
+        "which torch build pip takes must be said before the first command"
+    assert "TORCH=cpu" in first_block.split("```")[0]
+    assert "make venv TORCH=cpu" in start_here and "make clean" in start_here
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(if $(TORCH),--torch $(TORCH))" in makefile, "make must hand TORCH to bootstrap.py"

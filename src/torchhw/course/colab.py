@@ -83,6 +83,18 @@ def pip_argv(line: str, root: Path) -> list[str]:
     return out
 
 
+def package_copy(root: Path, into: Path) -> Path:
+    """The package's sources, copied: pip builds a local folder in place, and the checkout
+    must not get build/ files from it (nor race with another install building there)."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(root / name, into / name)
+    shutil.copytree(root / "src", into / "src",
+                    ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    return into
+
+
 def frozen(python: Path) -> dict[str, str]:
     """Installed distribution -> version, in the environment of ``python``."""
     code = ("import importlib.metadata as m, json\n"
@@ -180,7 +192,7 @@ def check(root: Path | None = None, echo=print) -> dict:
                    env=env, capture_output=True)
     before = frozen(python)
     line = setup_pip_line(root / "notebooks" / NOTEBOOK)
-    args = pip_argv(line, root)
+    args = pip_argv(line, package_copy(root, workdir / "package"))
     step(f"the setup cell: {line}", [str(python), "-m", "pip", *args], env, workdir, echo)
     after = frozen(python)
     changed = changes(before, after)
