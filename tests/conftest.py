@@ -80,12 +80,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for report in terminalreporter.stats.get(outcome, []):
             if "browser" in getattr(report, "keywords", {}) and report.when != "teardown":
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    deselected = sum(1 for item in terminalreporter.stats.get("deselected", [])
-                     if item.get_closest_marker("browser"))
     if outcomes:
         ran = sum(n for o, n in outcomes.items() if o != "skipped")
         detail = ", ".join(f"{n} {o}" for o, n in outcomes.items())
         terminalreporter.write_line(f"browser tests: {ran} ran ({detail})")
-    elif deselected:
-        terminalreporter.write_line(f"browser tests: {deselected} left out of this run "
-                                    f"(`make test` runs them next, or `make browser`)")
+    elif "not browser" in (config.option.markexpr or ""):
+        terminalreporter.write_line("browser tests: none in this run (`make test` runs them "
+                                    "next; alone: `make browser`)")
