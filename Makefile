@@ -35,11 +35,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 .PHONY: learner portability stress venv venv-course run test unit lab notebooks bench \
 	constraints clean browser badges handouts binder system colab deps
 
+NO_PYTHON = echo "no python3 on PATH: install Python 3.11 or newer, or name one: make PYTHON=/path/to/python3.11 ..." >&2; exit 2
 # the whole toolchain: the learner's package, the course's tooling and the test suite
 venv:
+	@test -n "$(PYTHON)" || { $(NO_PYTHON); }
 	@$(BOOTSTRAP) --extras dev
 # the learner's package and JupyterLab only: what `make lab` needs
 venv-course:
+	@test -n "$(PYTHON)" || { $(NO_PYTHON); }
 	@$(BOOTSTRAP) --extras course
 
 run: venv
@@ -55,8 +58,9 @@ test: venv
 portability: venv
 	$(BIN)/torchhw portability $(ARGS)
 
+# unit tests only: no notebooks, no browser, none of the tests that build an environment
 unit: venv
-	$(BIN)/python -m pytest tests $(ARGS)
+	$(BIN)/python -m pytest tests -m "not browser and not slow and not install" $(ARGS)
 
 lab: venv-course
 	$(BIN)/torchhw lab $(ARGS)
@@ -99,9 +103,10 @@ stress: venv
 	$(BIN)/python -m pytest -m slow tests
 	$(BIN)/torchhw stress $(ARGS)
 
+# after an upgrade: constraints.txt.new from .venv/, the header and comments kept
 constraints: venv
-	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt.new
-	@echo "wrote constraints.txt.new: review it, then move it over constraints.txt"
+	$(BIN)/torchhw deps --freeze
 
+# runs/ holds your measured reports and cards: remove it yourself when you mean to
 clean:
-	rm -rf $(VENV) runs build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info

@@ -7,6 +7,7 @@ from this checkout and notebook 04 on that environment's kernel.
 
 from __future__ import annotations
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -24,9 +25,12 @@ def test_the_setup_cell_installs_this_checkout_the_way_it_installs_github():
 
 def test_a_change_to_anything_preinstalled_is_reported():
     before = {"ipywidgets": "7.7.1", "numpy": "2.0.2"}
-    assert colab.changes(before, {**before, "torchhw": "0.1.0"}) == []
-    assert colab.changes(before, {"ipywidgets": "8.1.9", "numpy": "2.0.2", "comm": "0.2.3"}) == \
-        ["comm: absent -> 0.2.3", "ipywidgets: 7.7.1 -> 8.1.9"]
+    assert colab.changes(before, {**before, "torchhw": "0.1.0"}) == ([], [])
+    upgraded, added = colab.changes(before, {"ipywidgets": "8.1.9", "numpy": "2.0.2",
+                                             "comm": "0.2.3"})
+    assert upgraded == ["ipywidgets: 7.7.1 -> 8.1.9"], "an upgrade of what Colab has fails"
+    assert added == ["comm 0.2.3"], "a package Colab lacked is new, not an upgrade: listed"
+    assert colab.changes(before, {"numpy": "2.0.2"})[0] == ["ipywidgets: 7.7.1 -> removed"]
 
 
 def test_the_package_floors_admit_colabs_versions():
@@ -39,9 +43,11 @@ def test_the_package_floors_admit_colabs_versions():
                 f"Colab has {name} {versions[name]}: the floor {req!r} would upgrade it"
 
 
+@pytest.mark.install
 def test_colab_setup_cell_upgrades_nothing_and_the_widget_runs():
     result = colab.check(ROOT, echo=lambda *a, **k: None)
     assert result["changed"] == []
+    assert result["added"] == [], "everything the package needs is among Colab's versions"
     assert result["versions"]["ipywidgets"] == colab.COLAB["ipywidgets"]
     assert result["versions"]["ipykernel"] == colab.COLAB["ipykernel"]
     assert result["widget_cells"], "04's explorer showed no widget above its figure"

@@ -75,6 +75,14 @@ def test_every_dependency_is_pinned_and_binder_is_generated():
         "the dependencies live in pyproject.toml; a second list would drift"
 
 
+def test_every_installed_package_is_pinned():
+    """What the dev extra brought into this environment, transitive packages too."""
+    pinned = deps.pins(ROOT / "constraints.txt")
+    installed = {deps._name(d.metadata["Name"]) for d in metadata.distributions()}
+    loose = installed - set(pinned) - {"pip", "setuptools", "torchhw"}
+    assert not loose, f"constraints.txt pins no version of {sorted(loose)}: make constraints"
+
+
 def test_lab_installs_no_test_tools_and_test_installs_them():
     course = {deps._name(r) for r in deps.requirements(ROOT, "course")}
     dev = {deps._name(r) for r in deps.requirements(ROOT, "dev")}
@@ -82,8 +90,8 @@ def test_lab_installs_no_test_tools_and_test_installs_them():
     assert TEST_TOOLS <= dev and course <= dev
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^lab: venv-course$", makefile, re.M)
-    assert re.search(r"^venv-course:\n\t@\$\(BOOTSTRAP\) --extras course$", makefile, re.M)
-    assert re.search(r"^venv:\n\t@\$\(BOOTSTRAP\) --extras dev$", makefile, re.M)
+    assert re.search(r"^venv-course:\n(\t.*\n)*\t@\$\(BOOTSTRAP\) --extras course$", makefile, re.M)
+    assert re.search(r"^venv:\n(\t.*\n)*\t@\$\(BOOTSTRAP\) --extras dev$", makefile, re.M)
 
 
 def test_an_extra_never_shrinks_and_the_torch_build_is_remembered():
@@ -123,9 +131,21 @@ def test_a_run_with_nothing_to_do_does_nothing(tmp_path):
 def test_the_readme_explains_the_torch_build_before_the_first_command():
     start_here = README.split("## Start here", 1)[1].split("\n## ", 1)[0]
     before, first_block = start_here.split("```bash", 1)
+    before = " ".join(before.split())
     assert "CUDA build" in before and "CPU build" in before, \
         "which torch build pip takes must be said before the first command"
     assert "TORCH=cpu" in first_block.split("```")[0]
     assert "make venv TORCH=cpu" in start_here and "make clean" in start_here
     makefile = (ROOT / "Makefile").read_text()
     assert "$(if $(TORCH),--torch $(TORCH))" in makefile, "make must hand TORCH to bootstrap.py"
+
+
+def test_freeze_keeps_the_header_and_comments_and_drops_cuda_only_packages():
+    text = deps.freeze(ROOT, {"soupsieve": "2.10", "torch": "2.13.0+cpu", "torchhw": "0.1.0",
+                              "nvidia-cublas-cu12": "12.8", "triton": "3.5", "numpy": "2.4.6"})
+    lines = text.splitlines()
+    assert lines[0].startswith("# The exact versions")
+    pins = [line for line in lines if not line.startswith("#")]
+    assert pins[0] == "numpy==2.4.6" and pins[2] == "torch==2.13.0"
+    assert pins[1].startswith("soupsieve==2.10  # 3.x needs Python 3.11.5")
+    assert not any(p.startswith(("nvidia", "triton", "torchhw")) for p in pins)

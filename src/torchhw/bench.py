@@ -288,3 +288,166 @@ def bandwidth(nbytes: int, device: torch.device | str, threads: int | None = Non
                 nbytes=3 * 4 * n, **kw),
         measure(torch.sum, x, description="sum", flops=n, nbytes=4 * n, **kw),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing two ways of doing the same work: the course's one method for a ratio.
+
+THRESHOLD = 0.05  # the verdict rule: a ratio whose whole interval lies beyond 5% is a difference
+BUSY_SHARE = 0.25  # tasks waited for a CPU over a quarter of a round: the machine was busy
+BUSY_SPREAD = 1.5  # one arm's slowest round over 1.5x its fastest: something else got in
+PRESSURE = "/proc/pressure/cpu"  # Linux's pressure stall information (PSI)
+
+
+def cpu_pressure() -> float | None:
+    """Seconds, so far, during which some runnable task waited for a CPU (Linux PSI), or None
+    where the system does not report it (macOS, Windows, kernels without PSI).
+
+    It counts waiting, not use: a process using every core alone shows none, and any other
+    program competing for the cores shows at once. (The CPU time that /proc/stat counts moves
+    in 10 ms ticks, too coarse for rounds of tens of milliseconds.)
+    """
+    try:
+        with open(PRESSURE) as f:
+            some = f.readline().split()
+        return int(some[4].split("=")[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass
+class Comparison:
+    """A candidate against its baseline, timed in alternating rounds in one thread.
+
+    ``ratios`` holds one baseline/candidate time ratio per round (above 1: the candidate is
+    faster); ``low``-``high`` is their interquartile range (all of them with fewer than four
+    rounds). ``busy`` says why the machine was too busy for a verdict, or is empty.
+    """
+
+    baseline: str
+    candidate: str
+    base_times: list[float]  # seconds per call, one per round
+    cand_times: list[float]
+    busy: str = ""
+
+    @property
+    def ratios(self) -> list[float]:
+        return [b / c for b, c in zip(self.base_times, self.cand_times)]
+
+    @property
+    def ratio(self) -> float:
+        import statistics
+
+        return statistics.median(self.ratios)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        import statistics
+
+        r = sorted(self.ratios)
+        if len(r) < 4:
+            return r[0], r[-1]
+        q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive")
+        return q1, q3
+
+    @property
+    def verdict(self) -> str:
+        """'faster', 'slower', 'no clear difference', or 'machine busy' (no verdict)."""
+        if self.busy:
+            return "machine busy"
+        low, high = self.interval
+        if low > 1 + THRESHOLD:
+            return "faster"
+        if high < 1 / (1 + THRESHOLD):
+            return "slower"
+        return "no clear difference"
+
+    def __str__(self) -> str:
+        low, high = self.interval
+        text = (f"{self.candidate}: {self.ratio:.2f}x {self.baseline} ({low:.2f}-{high:.2f} over "
+                f"{len(self.ratios)} rounds): {self.verdict}")
+        return text + (f" ({self.busy})" if self.busy else "")
+
+
+def using_threads(n: int) -> Callable[[], Any]:
+    """A context manager factory for :func:`compare_rounds`: torch's intra-op thread count set
+    to ``n`` while an arm's block runs, restored after."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def threads():
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(old)
+    return threads
+
+
+def _block(fn: Callable[[], Any], calls: int, device: torch.device, clock: Callable[[], float],
+           context: Callable[[], Any] | None) -> float:
+    """Seconds per call of ``calls`` calls of ``fn``, the device synchronised at both ends."""
+    from contextlib import nullcontext
+
+    with (context or nullcontext)():
+        synchronize(device)
+        start = clock()
+        for _ in range(calls):
+            fn()
+        synchronize(device)
+        return (clock() - start) / calls
+
+
+def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[], Any]], *,
+                   device: torch.device | str, rounds: int = 7, round_time: float = 0.05,
+                   contexts: dict[str, Callable[[], Any]] | None = None,
+                   baseline_name: str = "baseline", deadline: float | None = None,
+                   clock: Callable[[], float] = timeit.default_timer,
+                   pressure: Callable[[], float | None] | None = cpu_pressure
+                   ) -> dict[str, Comparison]:
+    """Time the baseline and each candidate in alternating rounds; one :class:`Comparison` each.
+
+    Every round times each arm for about ``round_time`` (the number of calls fixed in a
+    warm-up, so every round does the same work), the baseline first in even rounds and last
+    in odd ones, in the calling thread: where the work will run, with its thread pool. A
+    slow patch of the machine then slows both arms of a round, and the ratio of each round
+    keeps its meaning. ``contexts`` maps an arm to a context manager factory entered around
+    each of its blocks (a flag, :func:`using_threads`). A round is not started after
+    ``deadline`` (a ``clock`` value). The machine counts as busy, and no verdict is given,
+    when tasks waited for a CPU for more than ``BUSY_SHARE`` of a round (``pressure``: seconds
+    of waiting so far, :func:`cpu_pressure` by default). Where the system reports no pressure,
+    an arm whose rounds spread beyond ``BUSY_SPREAD`` counts as busy instead: a cruder sign,
+    since a short round on a quiet machine can spread that far from one slow call.
+    """
+    device = torch.device(device)
+    contexts = contexts or {}
+    arms = {baseline_name: baseline, **candidates}
+    calls = {}
+    for name, fn in arms.items():  # warm-up: first calls, then how many calls fill a block
+        per_call = _block(fn, 1, device, clock, contexts.get(name))
+        per_call = _block(fn, 1, device, clock, contexts.get(name)) or per_call
+        calls[name] = max(1, int(round_time / max(per_call, 1e-9)))
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    busy, worst = "", 0.0
+    pressure_missing = pressure is None or pressure() is None
+    for r in range(rounds):
+        if deadline is not None and r and clock() > deadline:
+            break
+        waited, start = (pressure() if pressure else None), clock()
+        order = list(arms) if r % 2 == 0 else list(arms)[::-1]
+        for name in order:
+            times[name].append(_block(arms[name], calls[name], device, clock, contexts.get(name)))
+        wall = clock() - start
+        if waited is not None and wall > 0:  # each round alone: a short burst is not averaged away
+            share = (pressure() - waited) / wall
+            if share > max(BUSY_SHARE, worst):
+                worst = share
+                busy = (f"tasks waited for a CPU during {share:.0%} of round {r + 1}: another "
+                        f"program is using the cores")
+    for name, ts in times.items():  # where the system reports no pressure: the rounds' spread
+        if pressure_missing and len(ts) > 1 and max(ts) > BUSY_SPREAD * min(ts) and not busy:
+            busy = (f"the rounds of {name} ranged {min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g} ms, "
+                    f"more than {BUSY_SPREAD}x apart")
+    return {name: Comparison(baseline_name, name, times[baseline_name][:len(times[name])],
+                             times[name], busy) for name in candidates}

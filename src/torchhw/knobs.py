@@ -2,14 +2,21 @@
 
 A :class:`Knob` has a name, a check that says why it cannot apply on this machine (or None),
 and an ``apply`` that changes one trial's :class:`Setup`: the model's memory format, an
-autocast dtype, a GradScaler, a global flag (restored after the trial), the thread count or
-``torch.compile``. :func:`default_knobs` is the list :func:`torchhw.tune.tune` tries, in the
-order it tries them. Notebook 09 measures each of them by hand first.
+autocast dtype, a GradScaler, a global flag (restored after the trial), the thread count,
+``torch.compile`` or the optimizer's implementation. :func:`default_knobs` is the list
+:func:`torchhw.tune.tune` tries, in the order it tries them. Notebook 09 measures each of them
+by hand first.
+
+:func:`configure` turns a configuration (``{"channels_last": True, "threads": "half"}``, what
+the tuner recommends) into a Setup, and :func:`prepare` turns a Setup into what a training
+loop needs: the module to call, its optimizer, a GradScaler or None, and a context manager
+for the thread count and global flags. The tuner's trials and notebook 10's training both go
+through these two, so what was tuned is what is trained.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -31,6 +38,8 @@ class Setup:
     scaler: bool = False
     compile: bool = False
     settings: list[Callable[[], Any]] = field(default_factory=list)  # context managers
+    optimizer_options: dict[str, Any] = field(default_factory=dict)  # set on every param group
+    channels_last: bool = False  # the model's weights, and so its inputs, in NHWC
 
 
 @dataclass(frozen=True)
@@ -63,9 +72,11 @@ def _cuda_only(what: str) -> Callable[[Setup], str | None]:
 
 
 def _channels_last(setup: Setup) -> None:
+    setup.channels_last = True
     setup.model = setup.model.to(memory_format=torch.channels_last)
     x, y = setup.batch
-    setup.batch = (x.contiguous(memory_format=torch.channels_last), y)
+    if x.dim() == 4:
+        setup.batch = (x.contiguous(memory_format=torch.channels_last), y)
 
 
 def _set_flag(obj: Any, name: str, value: Any) -> Callable[[], Any]:
@@ -95,14 +106,15 @@ def _tf32_check(setup: Setup) -> str | None:
 
 
 def _autocast_check(dtype: torch.dtype) -> Callable[[Setup], str | None]:
+    """Only what cannot be measured is excluded: a dtype without a fast path here is timed
+    like any other and loses, which is the measurement a reader needs."""
     def check(setup: Setup) -> str | None:
-        if setup.device.type == "cpu" and dtype == torch.float16:
-            return "fp16 with GradScaler is a GPU technique; CPUs compute fp16 through slow paths"
-        if setup.device.type == "mps" and dtype == torch.bfloat16:
-            return "bf16 autocast on MPS is not supported by every Apple GPU"
+        if setup.device.type == "mps" and dtype == torch.bfloat16 \
+                and not torch.backends.mps.is_macos_or_newer(14, 0):
+            return "bf16 on MPS needs macOS 14 or later"
         if setup.device.type == "cuda" and dtype == torch.bfloat16 \
-                and not torch.cuda.is_bf16_supported():
-            return "this GPU has no bf16 support (needs compute capability 8.0 or later)"
+                and not torch.cuda.is_bf16_supported(including_emulation=False):
+            return "this GPU has no bf16 arithmetic (needs compute capability 8.0 or later)"
         return None
     return check
 
@@ -159,8 +171,110 @@ def default_knobs(compile: bool = False) -> list[Knob]:
              _fewer_threads, _halve_threads),
         Knob("compile", True, "torch.compile fuses element-wise ops into fewer kernels",
              _compile_check(compile), _compile),
+        Knob("optimizer", "foreach", "the optimizer updates all parameters in a few multi-tensor "
+             "kernels instead of one loop step per parameter", lambda s: None,
+             lambda s: s.optimizer_options.update(foreach=True)),
     ]
 
 
 def label(knob: Knob) -> str:
     return f"{knob.name}={knob.value}"
+
+
+def lookup(config: dict[str, Any]) -> list[Knob]:
+    """The knobs of a configuration ``{name: value}``; an unknown one is an error that lists
+    what exists."""
+    known = {(k.name, k.value): k for k in default_knobs(compile=True)}
+    found = []
+    for name, value in config.items():
+        if (name, value) not in known:
+            choices = ", ".join(sorted(label(k) for k in known.values()))
+            raise ValueError(f"no knob {name}={value!r}: the knobs are {choices}")
+        found.append(known[(name, value)])
+    return found
+
+
+def configure(model: nn.Module, config: dict[str, Any], *, threads: int,
+              batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+              loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+              make_optimizer: Callable[[Any], torch.optim.Optimizer] | None = None) -> Setup:
+    """``model`` (changed in place: memory format) under ``config``, as a :class:`Setup`."""
+    device = next(model.parameters()).device
+    setup = Setup(model, batch if batch is not None else (torch.empty(0), torch.empty(0)),
+                  device, threads, loss_fn or nn.functional.cross_entropy,
+                  make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)))
+    for knob in lookup(config):
+        knob.apply(setup)
+    return setup
+
+
+class Configured(nn.Module):
+    """A model run as a Setup says: its input in the model's memory format, autocast around
+    the forward pass, the output in fp32 for the loss."""
+
+    def __init__(self, model: nn.Module, channels_last: bool, autocast: torch.dtype | None) -> None:
+        super().__init__()
+        self.model, self.channels_last, self.autocast = model, channels_last, autocast
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(x.device.type, dtype=self.autocast or torch.float32,
+                            enabled=self.autocast is not None):
+            return self.model(x).float()
+
+
+@dataclass
+class Prepared:
+    """What a training loop needs to train as a Setup says."""
+
+    model: Configured  # the parameters live here: save and load this one
+    step_model: nn.Module  # call this one: the same module, compiled when asked
+    optimizer: torch.optim.Optimizer
+    scaler: Any  # a torch.amp.GradScaler for fp16, else None
+    settings: Callable[[], Any]  # a context manager factory: threads and global flags
+    threads: int  # torch's intra-op threads while training
+
+    def describe(self) -> str:
+        """One line: what this configuration changes in training."""
+        parts = [f"{self.threads} threads"]
+        if self.model.channels_last:
+            parts.append("channels_last weights and inputs")
+        if self.model.autocast is not None:
+            parts.append(f"autocast {str(self.model.autocast).replace('torch.', '')}")
+        if self.scaler is not None:
+            parts.append("GradScaler")
+        if self.step_model is not self.model:
+            parts.append("torch.compile")
+        options = {k: v for g in self.optimizer.param_groups for k, v in g.items()
+                   if k in ("foreach", "fused") and v}
+        if options:
+            parts.append("optimizer " + ", ".join(f"{k}=True" for k in options))
+        return ", ".join(parts)
+
+
+def prepare(setup: Setup) -> Prepared:
+    """The module, optimizer, GradScaler and settings that train as ``setup`` says."""
+    model = Configured(setup.model, setup.channels_last, setup.autocast)
+    step_model = torch.compile(model) if setup.compile else model
+    optimizer = setup.make_optimizer(model.parameters())
+    for group in optimizer.param_groups:  # the optimizer knob: its implementation
+        group.update(setup.optimizer_options)
+    scaler = torch.amp.GradScaler(setup.device.type) if setup.scaler else None
+    return Prepared(model, step_model, optimizer, scaler, settings(setup), setup.threads)
+
+
+def settings(setup: Setup) -> Callable[[], Any]:
+    """A context manager factory: the setup's thread count and global flags, restored after."""
+    @contextmanager
+    def active() -> Iterator[None]:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(setup.threads)
+        try:
+            with ExitStack() as stack:
+                for setting in setup.settings:
+                    stack.enter_context(setting())
+                yield
+        finally:
+            torch.set_num_threads(threads)
+    return active

@@ -64,18 +64,30 @@ def model_device(model: nn.Module) -> torch.device:
 
 def train_step(model: nn.Module, batch: tuple[torch.Tensor, ...], loss_fn: LossFn,
                optimizer: torch.optim.Optimizer, device: torch.device,
-               clip_grad_norm: float | None = None) -> tuple[float, float]:
-    """One optimisation step on one batch. Returns (loss, gradient norm before clipping)."""
+               clip_grad_norm: float | None = None, scaler: Any = None) -> tuple[float, float]:
+    """One optimisation step on one batch. Returns (loss, gradient norm before clipping).
+
+    ``scaler`` (a ``torch.amp.GradScaler``, for fp16) scales the loss before backward and
+    unscales the gradients before their norm is taken, so clipping sees true gradients.
+    """
     x, y = (t.to(device, non_blocking=True) for t in batch)
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)
-    loss.backward()
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        loss.backward()
     if clip_grad_norm is not None:
         norm = nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
     else:
         norm = torch.linalg.vector_norm(torch.stack(
             [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]))
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient is inf or nan; the scale then shrinks
+        scaler.update()
+    else:
+        optimizer.step()
     return loss.item(), norm.item()
 
 
@@ -110,7 +122,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
         device: torch.device | str | None = None, scheduler: Any = None,
         scheduler_every: str = "epoch", clip_grad_norm: float | None = None,
         checkpoint: str | os.PathLike[str] | None = None, checkpoint_every: int = 0,
-        resume: bool = False, stop_at_step: int | None = None, verbose: bool = False) -> History:
+        resume: bool = False, stop_at_step: int | None = None, verbose: bool = False,
+        scaler: Any = None) -> History:
     """Train for ``epochs``; return the :class:`History`.
 
     - ``scheduler_every``: 'epoch' or 'step', when ``scheduler.step()`` is called.
@@ -118,6 +131,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
       only) and when stopping. ``resume=True`` continues from it, and raises CheckpointError
       if it is missing or unreadable, rather than silently starting over.
     - ``stop_at_step``: stop after that global step (to simulate an interruption).
+    - ``scaler``: a ``torch.amp.GradScaler`` for fp16 training; its state is checkpointed
+      with the rest, so a resumed run scales exactly as the uninterrupted one.
     """
     loss_fn = loss_fn or nn.functional.cross_entropy
     device = torch.device(device) if device is not None else model_device(model)
@@ -143,12 +158,16 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
         history = History.from_dict(payload["extra"]["history"])
         history.stopped_early = False
         epoch_start_state = payload["extra"].get("loader_epoch_start")
+        if scaler is not None and "scaler" in payload["extra"]:
+            scaler.load_state_dict(payload["extra"]["scaler"])
 
     def save() -> None:
         if checkpoint is not None:
             extra = {"history": history.to_dict()}
             if epoch_start_state is not None:
                 extra["loader_epoch_start"] = epoch_start_state
+            if scaler is not None:
+                extra["scaler"] = scaler.state_dict()
             ckpt.save(checkpoint, model, optimizer, scheduler, step, **extra)
 
     model.train()
@@ -162,7 +181,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
         for i, batch in enumerate(train_loader):
             if i < skip:
                 continue
-            loss, norm = train_step(model, batch, loss_fn, optimizer, device, clip_grad_norm)
+            loss, norm = train_step(model, batch, loss_fn, optimizer, device, clip_grad_norm,
+                                    scaler)
             step += 1
             history.losses.append(loss)
             history.grad_norms.append(norm)

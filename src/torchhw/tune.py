@@ -10,16 +10,22 @@ here?" for their own model and machine:
 
 What it promises:
 
-- every knob in the list is reported: measured, "not applicable" with the reason (fp16 with
-  GradScaler needs a GPU), "failed" with the error, "timed out", or "skipped" when the budget
-  ran out. Nothing is dropped in silence;
+- every knob in the list is reported: measured, "not applicable" with the reason (TF32 needs
+  an NVIDIA GPU), "failed" with the error, "timed out", or "skipped" when the budget ran out.
+  Nothing is dropped in silence, and nothing is excluded by a rule where it can be measured
+  (fp16 on a CPU is timed like any other dtype);
 - the set and order of trials is fixed by the knobs and the machine, never by the clock:
   the baseline, each applicable knob alone, then every compatible pair, then all of them;
-- every trial has a deadline: it runs in a thread that checks a stop flag before each step,
-  so a slow trial ends within one step of its deadline;
-- a trial's time is one full training step (forward, loss, backward, optimizer step),
-  measured with :func:`torchhw.bench.measure` on a private copy of the model, and global
-  settings a knob changes (TF32, cudnn.benchmark) are restored after it.
+- every trial is measured where training runs: in the calling thread, with its thread pool,
+  against the baseline re-timed in every round (:func:`torchhw.bench.compare_rounds`), so a
+  slow patch of the machine slows both and the ratio keeps its meaning. A trial that overruns
+  its deadline is stopped before its next step;
+- one verdict rule for every ratio (:data:`torchhw.bench.THRESHOLD`); a round where other
+  processes took the CPUs gives no verdict, and such a trial never wins;
+- the winner is timed against the baseline once more in a final comparison; when that does
+  not confirm it, the baseline is recommended;
+- a trial trains a private copy of the model, and settings a knob changes (threads, TF32,
+  cudnn.benchmark) hold only while that trial's own steps run.
 """
 
 from __future__ import annotations
@@ -27,25 +33,25 @@ from __future__ import annotations
 import copy
 import itertools
 import statistics
-import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from . import bench, measurements
+from . import bench, measurements, train
 from .device import synchronize
-from .knobs import Knob, Setup, default_knobs
+from .knobs import Knob, Setup, configure, default_knobs, prepare
 from .knobs import label as knob_label
 
-MARGIN = 1.05  # a knob is kept only if it is at least 5% faster: smaller gains are noise here
+MARGIN = 1 + bench.THRESHOLD  # a knob is kept only if its gain is clear by the course's one rule
+ROUNDS = 7  # alternating rounds per trial; the final comparison of the winner has twice as many
 
 
 class TrialStopped(RuntimeError):
-    """A trial passed its deadline; raised inside the trial's own thread."""
+    """A trial passed its deadline; raised by its step before the next one starts."""
 
 
 @dataclass
@@ -61,7 +67,9 @@ class Trial:
     runs: int = 0
     first_step_s: float | None = None  # includes compiling and algorithm search
     speedup: float | None = None
-    spread: tuple[float, float] | None = None  # 25th and 75th percentile of the ratio
+    spread: tuple[float, float] | None = None  # interquartile range of the rounds' ratios
+    verdict: str = ""  # faster, slower, no clear difference, machine busy
+    busy: str = ""  # why the machine was too busy for a verdict
     times: list[float] = field(default_factory=list, repr=False)
 
 
@@ -78,6 +86,8 @@ class TuneResult:
     recommended_trial: str
     gain: float
     reasons: dict[str, str]
+    confirmation: str = ""  # the winner against the baseline, timed once more
+    busy: str = ""  # set when a round found the machine busy: the advice may be the load's
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -90,12 +100,13 @@ class TuneResult:
         return {t.name: t.speedup for t in self.trials if len(t.knobs) == 1}
 
     def rows(self) -> list[list[str]]:
-        rows = [["trial", "status", "median step", "speed-up", "IQR of ratio", "note"]]
+        rows = [["trial", "status", "median step", "speed-up", "IQR of ratio", "verdict, note"]]
         for t in self.trials:
+            note = "; ".join(x for x in (t.verdict, t.busy, t.reason) if x)
             rows.append([
                 t.name, t.status, bench.fmt_time(t.median_s) if t.median_s else "",
                 f"{t.speedup:.2f}x" if t.speedup else "",
-                f"{t.spread[0]:.2f}-{t.spread[1]:.2f}" if t.spread else "", t.reason])
+                f"{t.spread[0]:.2f}-{t.spread[1]:.2f}" if t.spread else "", note])
         return rows
 
     def __str__(self) -> str:
@@ -104,6 +115,10 @@ class TuneResult:
         lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
         lines.append(f"recommended: {self.recommended_trial} ({self.gain:.2f}x the baseline), "
                      f"{self.spent_s:.1f} s of a {self.budget_s:g} s budget")
+        if self.confirmation:
+            lines.append(f"  confirmed? {self.confirmation}")
+        if self.busy:
+            lines.append(f"  machine busy: {self.busy}; rerun on a quiet machine before trusting it")
         lines += [f"  {k}: {v}" for k, v in self.reasons.items()]
         return "\n".join(lines)
 
@@ -115,6 +130,11 @@ class TuneResult:
         lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
         lines += ["", f"**recommended:** {self.recommended_trial} ({self.gain:.2f}x the "
                       f"baseline, {self.spent_s:.1f} s of a {self.budget_s:g} s budget)", ""]
+        if self.confirmation:
+            lines += [f"confirmed? {self.confirmation}", ""]
+        if self.busy:
+            lines += [f"**machine busy:** {self.busy}; rerun on a quiet machine before trusting "
+                      f"it", ""]
         lines += [f"- `{k}`: {v}" for k, v in self.reasons.items()]
         return "\n".join(lines)
 
@@ -129,53 +149,35 @@ def ratio_spread(baseline: Sequence[float], other: Sequence[float]) -> tuple[flo
     return q2, q1, q3
 
 
-def _step(setup: Setup, stop: threading.Event) -> Callable[[], float]:
-    model = setup.model
-    if setup.compile:
-        model = torch.compile(model)
-    optimizer = setup.make_optimizer(setup.model.parameters())
-    scaler = torch.amp.GradScaler(setup.device.type) if setup.scaler else None
-    x, y = setup.batch
+def _step(setup: Setup, deadline: list[float]) -> Callable[[], float]:
+    """One full training step of ``setup``, as :func:`torchhw.train.fit` takes it (the same
+    ``train_step``, on what :func:`knobs.prepare` builds); it refuses to start once
+    ``deadline[0]`` has passed."""
+    ready = prepare(setup)
+    batch = setup.batch
 
     def step() -> float:
-        if stop.is_set():
+        if time.perf_counter() > deadline[0]:
             raise TrialStopped("deadline passed")
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(setup.device.type, dtype=setup.autocast or torch.float32,
-                            enabled=setup.autocast is not None):
-            loss = setup.loss_fn(model(x), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        return loss.detach()
+        loss, _ = train.train_step(ready.step_model, batch, setup.loss_fn, ready.optimizer,
+                                   setup.device, scaler=ready.scaler)
+        return loss
+    step.settings = ready.settings  # type: ignore[attr-defined]
     return step
 
 
-def _run(setup: Setup, min_run_time: float, stop: threading.Event, out: dict[str, Any]) -> None:
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(setup.threads)  # for the first step too, not only the timed ones
-        with ExitStack() as stack:
-            for setting in setup.settings:
-                stack.enter_context(setting())
-            step = _step(setup, stop)
-            start = time.perf_counter()
-            loss = step()
-            synchronize(setup.device)
-            out["first"] = time.perf_counter() - start
-            if not torch.isfinite(loss).all():
-                raise FloatingPointError(f"the loss is {loss.item()}: this setting breaks training")
-            r = bench.measure(step, label="step", threads=setup.threads, device=setup.device,
-                              min_run_time=min_run_time)
-            out["result"] = r
-    except BaseException as err:  # reported in the trial, never raised to the caller
-        out["error"] = err
-    finally:
-        torch.set_num_threads(threads)
+def _first_step(setup: Setup, step: Callable[[], float], context: Callable[[], Any]) -> float:
+    """Run the first step (compiling, algorithm search) and check that training still works."""
+    import math
+
+    with context():
+        start = time.perf_counter()
+        loss = step()
+        synchronize(setup.device)
+        seconds = time.perf_counter() - start
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the loss is {loss}: this setting breaks training")
+    return seconds
 
 
 def _plan(applicable: Sequence[Knob]) -> list[list[Knob]]:
@@ -216,9 +218,11 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     """Try the knobs on ``model`` training on ``batch``; recommend the fastest configuration.
 
     The model and batch must be on the device to tune for; they are copied, never changed.
-    ``trial_timeout_s`` defaults to half the budget (at least 2 s). ``knobs`` defaults to
-    :func:`default_knobs` (``compile`` opts in to torch.compile). The result is recorded
-    for the course report under ``record_as`` (None: not recorded).
+    Call it from the thread that will train (a notebook's main thread): that is where its
+    trials run. ``trial_timeout_s`` defaults to half the budget (at least 2 s);
+    ``min_run_time`` is the time each trial spends in each arm, over all its rounds.
+    ``knobs`` defaults to :func:`default_knobs` (``compile`` opts in to torch.compile). The
+    result is recorded for the course report under ``record_as`` (None: not recorded).
     """
     start = time.perf_counter()
     device = next(model.parameters()).device
@@ -227,6 +231,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     timeout = trial_timeout_s or max(2.0, budget_s / 2)
     loss_fn = loss_fn or nn.functional.cross_entropy
     make_optimizer = make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
+    round_time = max(min_run_time / ROUNDS, 1e-3)
 
     def fresh() -> Setup:
         return Setup(copy.deepcopy(model), tuple(t.clone() for t in batch), device, threads,
@@ -242,71 +247,91 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         else:
             trials.append(Trial(knob_label(knob), [knob_label(knob)], "not applicable", why))
             reasons[knob_label(knob)] = f"not applicable: {why}"
-    base: Trial | None = None
-    for combo in _plan(applicable):
-        name = " + ".join(knob_label(k) for k in combo) or "baseline"
+
+    # the baseline: one private copy, stepped in every trial's rounds
+    base_setup, base_deadline = fresh(), [float("inf")]
+    base_step = _step(base_setup, base_deadline)
+    base_context = base_step.settings
+    base = Trial("baseline", [], "ok")
+    if budget_s - (time.perf_counter() - start) <= 0:
+        base.status, base.reason = "skipped", "the time budget was spent"
+    else:
+        try:
+            base.first_step_s = _first_step(base_setup, base_step, base_context)
+        except Exception as err:
+            base.status, base.reason = "failed", f"{type(err).__name__}: {err}"
+    trials.append(base)
+    steps: dict[str, tuple[Callable[[], Any], Callable[[], Any], list[float]]] = {}
+
+    for combo in _plan(applicable)[1:]:
+        name = " + ".join(knob_label(k) for k in combo)
         trial = Trial(name, [knob_label(k) for k in combo], "ok")
+        trials.append(trial)
         left = budget_s - (time.perf_counter() - start)
-        if left <= 0 or (combo and (base is None or base.status != "ok")):
+        if left <= 0 or base.status != "ok":
             trial.status = "skipped"
             trial.reason = ("the time budget was spent" if left <= 0
                             else "the baseline could not be measured")
-            trials.append(trial)
             continue
         setup = fresh()
+        deadline = [time.perf_counter() + min(timeout, max(left, 0.5))]
         try:
             for knob in combo:
                 knob.apply(setup)
-        except Exception as err:
-            trial.status, trial.reason = "failed", f"{type(err).__name__}: {err}"
-            trials.append(trial)
-            continue
-        stop, out = threading.Event(), {}
-        worker = threading.Thread(target=_run, args=(setup, min(min_run_time, left / 4), stop, out),
-                                  daemon=True, name=f"torchhw-tune-{name}")
-        worker.start()
-        # every other trial is compared with the baseline: it may use all that is left
-        deadline = max(left, timeout) if not combo else min(timeout, max(left, 0.5))
-        worker.join(deadline)
-        if worker.is_alive():
-            stop.set()
-            worker.join(timeout)  # the step in progress finishes, the next one stops
+            step = _step(setup, deadline)
+            context = step.settings
+            trial.first_step_s = _first_step(setup, step, context)
+            found = bench.compare_rounds(base_step, {name: step}, device=device, rounds=ROUNDS,
+                                         round_time=round_time, deadline=deadline[0],
+                                         contexts={"baseline": base_context, name: context})
+        except TrialStopped:
             trial.status = "timed out"
-            trial.reason = f"still running after {deadline:.1f} s; stopped"
-            if worker.is_alive():
-                trial.reason += " (its last step is still finishing in the background)"
-        elif "error" in out:
-            err = out["error"]
+            trial.reason = f"still running after {deadline[0] - start:.1f} s of the budget; stopped"
+            continue
+        except Exception as err:  # reported in the trial, never raised to the caller
             trial.status, trial.reason = "failed", f"{type(err).__name__}: {err}".strip()
-        else:
-            r = out["result"]
-            trial.median_s, trial.iqr_s, trial.runs = r.median, r.iqr, r.runs
-            trial.times = list(r.measurement.times)
-            trial.first_step_s = out["first"]
-        if not combo:
-            base = trial
-        if trial.status == "ok" and base is not None and base.status == "ok":
-            _, low, high = ratio_spread(base.times, trial.times)
-            trial.speedup, trial.spread = base.median_s / trial.median_s, (low, high)
-        trials.append(trial)
+            continue
+        _fill(trial, found[name])
+        if base.median_s is None:
+            _fill(base, found[name], baseline=True)
+        steps[name] = (step, context, deadline)
 
     chosen = choose(trials)
+    confirmation = ""
+    if chosen is not None:  # the winner once more against the baseline, twice the rounds
+        step, context, deadline = steps[chosen.name]
+        deadline[0] = base_deadline[0] = float("inf")
+        final = bench.compare_rounds(base_step, {chosen.name: step}, device=device,
+                                     rounds=2 * ROUNDS, round_time=round_time,
+                                     contexts={"baseline": base_context, chosen.name: context})
+        again = final[chosen.name]
+        confirmation = str(again)
+        if again.verdict != "faster":
+            reasons_lost = again.busy or f"{again.ratio:.2f}x, not clearly faster"
+            confirmation += f"; not confirmed ({reasons_lost}): the baseline is recommended"
+            chosen = None
+    busy = next((t.busy for t in trials if t.busy), "")
     chosen_knobs = set(chosen.knobs) if chosen else set()
     for knob in applicable:
         label = knob_label(knob)
         alone = next((t for t in trials if t.knobs == [label]), None)
+        hardware = _in_hardware_terms(knob, base_setup)
         if alone is None or alone.status != "ok":
             what = alone.status if alone else "not run"
             reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
+        elif alone.verdict == "machine busy":
+            reasons[label] = f"no verdict: {alone.busy}{hardware}"
         elif label in chosen_knobs:
             reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended "
                               f"{chosen.name} ({chosen.speedup:.2f}x) includes it, and no "
-                              f"configuration with fewer knobs came within {MARGIN - 1:.0%}")
-        elif (alone.speedup or 0) < MARGIN:
-            reasons[label] = f"left out: {alone.speedup:.2f}x alone, not {MARGIN:.2f}x or better"
+                              f"configuration with fewer knobs came within {MARGIN - 1:.0%}"
+                              f"{hardware}")
+        elif alone.verdict != "faster":
+            reasons[label] = (f"left out: {alone.speedup:.2f}x alone, {alone.verdict}"
+                              f"{hardware}")
         else:
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, but a configuration "
-                              f"without it does as well (within {MARGIN - 1:.0%})")
+                              f"without it does as well (within {MARGIN - 1:.0%}){hardware}")
     recommended = {k.name: k.value for k in knobs if knob_label(k) in chosen_knobs}
     # the "not applicable" lines were listed first: put every trial in the plan's knob order
     order = {knob_label(k): i for i, k in enumerate(knobs)}
@@ -315,8 +340,43 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     result = TuneResult(str(device), threads, budget_s, time.perf_counter() - start, trials,
                         recommended, chosen.name if chosen else "baseline",
                         chosen.speedup if chosen else 1.0,
-                        {knob_label(k): reasons[knob_label(k)] for k in knobs})
+                        {knob_label(k): reasons[knob_label(k)] for k in knobs},
+                        confirmation, busy)
     if record_as:
         measurements.add(record_as, result.to_dict(), note="torchhw.tune: trials and recommendation")
         measurements.add(f"{record_as} gain", result.gain, "x", result.recommended_trial)
     return result
+
+
+def _fill(trial: Trial, found: bench.Comparison, baseline: bool = False) -> None:
+    """A trial's figures from its comparison with the baseline (or the baseline's own)."""
+    times = found.base_times if baseline else found.cand_times
+    trial.times = list(times)
+    trial.median_s = statistics.median(times)
+    trial.iqr_s = (statistics.quantiles(times, n=4)[2] - statistics.quantiles(times, n=4)[0]
+                   if len(times) >= 4 else max(times) - min(times))
+    trial.runs = len(times)
+    if not baseline:
+        trial.speedup, trial.spread = found.ratio, found.interval
+        trial.verdict, trial.busy = found.verdict, found.busy
+
+
+def _in_hardware_terms(knob: Knob, setup: Setup) -> str:
+    """A knob's meaning on this machine, for its reason: '(2 threads -> 1 on this 2-core ...)'."""
+    if knob.name == "threads":
+        import os
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return f" ({setup.threads} threads -> {max(1, setup.threads // 2)} on this {cores}-CPU machine)"
+    if knob.name == "autocast" and setup.device.type == "cpu":
+        from . import hardware
+
+        isa = hardware.cpu_info().isa
+        if knob.value == "bfloat16":
+            has = "AMX" if isa.get("amx_bf16") else "AVX-512 BF16" if isa.get("avx512_bf16") else ""
+        else:
+            has = "AMX FP16" if isa.get("amx_fp16") else \
+                "AVX-512 FP16" if isa.get("avx512_fp16") else ""
+        return (f" (this CPU has {has} for it)" if has
+                else " (this CPU has no instructions for it: a slow path)")
+    return ""

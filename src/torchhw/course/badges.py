@@ -55,7 +55,7 @@ def setup_cell(repo: str, gpu_sections: bool) -> str:
         "# On Colab, install the course's helper package. Its dependencies are floors that Colab's",
         "# preinstalled torch, numpy, ipywidgets and the rest already meet, so pip adds the package",
         "# alone and no runtime restart is needed (`make colab` checks this against Colab's versions).",
-        "# Anywhere else this cell does nothing: the package is already installed.",
+        "# Anywhere else this cell does nothing: install the course first (README, Start here).",
         "import sys",
         "",
         'if "google.colab" in sys.modules:',

@@ -68,7 +68,7 @@ def inputs_digest(root: Path) -> str:
 
 
 def pinned_torch(constraints: Path) -> str:
-    found = re.search(r"^torch==([\w.]+)\s*$", constraints.read_text(), re.M)
+    found = re.search(r"^torch==([\w.]+)\s*(#.*)?$", constraints.read_text(), re.M)
     if not found:
         raise SystemExit(f"{constraints}: no 'torch==X.Y.Z' pin")
     return found.group(1)
@@ -88,6 +88,15 @@ def plan(state: dict, extras: str, torch: str | None, digest: str) -> dict:
     level = max(LEVELS.index(extras), LEVELS.index(had) if had in LEVELS else 0)
     return {"extras": LEVELS[level], "torch": torch or state.get("torch", "default"),
             "inputs": digest}
+
+
+def cpu_torch(pin: str) -> list[str]:
+    """pip arguments for torch ``pin``'s CPU build alone, from PyTorch's CPU index.
+
+    ``--no-deps``: torch's own dependencies come from PyPI in the install that follows, so
+    the CPU index is asked for this one package only.
+    """
+    return ["--no-deps", f"torch=={pin}+cpu", "--extra-index-url", CPU_INDEX]
 
 
 def torch_flavour(version: str | None) -> str | None:
@@ -131,6 +140,28 @@ def _installed(venv: Path, name: str) -> str | None:
     return out.stdout.strip() or None
 
 
+def _venv_python_version(venv: Path) -> tuple[int, int] | None:
+    """The (major, minor) of the venv's Python, or None when it cannot run pip."""
+    code = "import sys, pip; print(*sys.version_info[:2])"
+    out = subprocess.run([str(_python(venv)), "-c", code], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    major, minor = out.stdout.split()
+    return int(major), int(minor)
+
+
+def _create(venv: Path) -> None:
+    print(f"creating {venv} with Python {platform.python_version()} ({sys.executable})",
+          flush=True)
+    done = subprocess.run([sys.executable, "-m", "venv", str(venv)])
+    if done.returncode != 0 or _venv_python_version(venv) is None:
+        raise SystemExit(
+            f"could not create a virtual environment with {sys.executable}. On Debian and "
+            f"Ubuntu the venv module is a package of its own: sudo apt-get install "
+            f"python{sys.version_info[0]}.{sys.version_info[1]}-venv, then remove {venv} "
+            f"and run the command again")
+
+
 def _cuda_packages(venv: Path) -> list[str]:
     code = ("import importlib.metadata as m\n"
             "print('\\n'.join(sorted({d.metadata['Name'] for d in m.distributions()})))")
@@ -146,29 +177,47 @@ def bootstrap(venv: Path, extras: str = "dev", torch: str | None = None,
     want = plan(state, extras, torch, inputs_digest(root))
     if state == want and _python(venv).exists():
         return False
+    floor = python_floor(root / "pyproject.toml")
+    if _python(venv).exists():
+        version = _venv_python_version(venv)
+        if version is None:  # a venv made without pip (no ensurepip), or broken since
+            print(f"{venv} cannot run pip: making it again", flush=True)
+            import shutil
+
+            shutil.rmtree(venv)
+        elif version < floor:
+            raise SystemExit(
+                f"{venv} holds Python {version[0]}.{version[1]}, older than the {floor[0]}."
+                f"{floor[1]} the pinned packages need: remove it (make clean) and run the "
+                f"command again with a newer Python (make PYTHON=python{floor[0]}.{floor[1]} ...)")
     if not _python(venv).exists():
-        check_python(sys.version_info[:2], python_floor(root / "pyproject.toml"))
-        print(f"creating {venv} with Python {platform.python_version()}", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        check_python(sys.version_info[:2], floor)
+        _create(venv)
         _pip(venv, "install", "--quiet", "--upgrade", "pip")
+        print("installing the course's packages: 1-2 minutes with torch's CPU build, several "
+              "more for its CUDA build (a download of some GB)", flush=True)
     pin = pinned_torch(root / "constraints.txt")
     cpu = want["torch"] == "cpu" and cpu_build_exists()
-    torch_req = [f"torch=={pin}+cpu", "--extra-index-url", CPU_INDEX] if cpu else []
+    torch_req = cpu_torch(pin) if cpu else []
     have = torch_flavour(_installed(venv, "torch"))
+    if cpu and have is None:  # torch alone from the CPU index; everything else from PyPI
+        _pip(venv, "install", "--quiet", *torch_req)
+        have = "cpu"
     if cpu_build_exists() and needs_switch(have, want["torch"], torch, state.get("torch")):
         print(f"torch: switching from the {have} build to the {want['torch']} build", flush=True)
         if cpu:
             cuda = _cuda_packages(venv)
             if cuda:  # the CUDA build's libraries: gigabytes that the CPU build never loads
                 _pip(venv, "uninstall", "--quiet", "-y", *cuda)
-            _pip(venv, "install", "--quiet", "--force-reinstall", "--no-deps", *torch_req)
+            _pip(venv, "install", "--quiet", "--force-reinstall", *torch_req)
         else:
-            _pip(venv, "install", "--quiet", "--force-reinstall", f"torch=={pin}")
+            _pip(venv, "install", "--quiet", "--force-reinstall", "--no-deps", f"torch=={pin}")
+            # the CUDA build's own libraries (nvidia-*), at the versions its metadata asks for
+            _pip(venv, "install", "--quiet", "-c", str(root / "constraints.txt"), f"torch=={pin}")
     extra = "" if want["extras"] == "learner" else f"[{want['extras']}]"
     print(f"installing the course{extra} editable, pinned by constraints.txt"
           f"{', torch as its CPU build' if cpu else ''}", flush=True)
-    _pip(venv, "install", "--quiet", "-c", str(root / "constraints.txt"), *torch_req,
-         "-e", f"{root}{extra}")
+    _pip(venv, "install", "--quiet", "-c", str(root / "constraints.txt"), "-e", f"{root}{extra}")
     state_file.write_text(json.dumps(want, indent=1) + "\n")
     return True
 

@@ -142,7 +142,7 @@ def _colab(args: argparse.Namespace) -> int:
 def _deps(args: argparse.Namespace) -> int:
     from .deps import main as deps_main
 
-    return deps_main(check=args.check)
+    return deps_main(check=args.check, freeze_to=args.freeze)
 
 
 def _portability(args: argparse.Namespace) -> int:
@@ -250,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     deps = sub.add_parser("deps", help="binder/requirements.txt from pyproject.toml and "
                                        "constraints.txt")
     deps.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    deps.add_argument("--freeze", action="store_true",
+                      help="write constraints.txt.new from this environment, comments kept")
     deps.set_defaults(func=_deps)
 
     port = sub.add_parser("portability", help="strict nbval under emulated machines (ISA, threads)")

