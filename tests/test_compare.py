@@ -64,8 +64,8 @@ def test_a_real_difference_of_1_3x_is_found_both_ways():
 
 
 def test_a_load_burst_during_the_baseline_is_flagged_not_a_gain():
-    """The load lands on the baseline's blocks of five rounds out of seven: its median ratio
-    reads as a 2x gain, and the comparison must say busy instead of 'faster'."""
+    """The load lands on the baseline's blocks in every round, never on the candidate's: the
+    ratio reads as a 2x gain, and the comparison must say busy instead of 'faster'."""
     m = Machine(2)
     base = m.job(1e-3, noise=0.02)
     cand = m.job(1e-3, noise=0.02, slowed_by_burst=False)
@@ -118,3 +118,18 @@ def test_contexts_wrap_only_their_own_arm():
                                pressure=None, round_time=1e-3, rounds=3, contexts={"b": flag})
     assert seen.count("on") == seen.count("off") == 2 + 3  # two warm-up blocks, three rounds
     assert len(out["b"].ratios) == 3
+
+
+def test_fewer_than_three_rounds_give_no_verdict():
+    c = bench.Comparison("baseline", "x", [2.0, 2.0], [1.0, 1.0])
+    assert c.ratio == 2.0 and c.verdict == "too few rounds"
+
+
+def test_cpu_pressure_reads_linux_psi(tmp_path, monkeypatch):
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=0.05 avg60=0.34 avg300=0.70 total=112231498\n"
+                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    monkeypatch.setattr(bench, "PRESSURE", str(psi))
+    assert bench.cpu_pressure() == pytest.approx(112.231498)
+    monkeypatch.setattr(bench, "PRESSURE", str(tmp_path / "absent"))
+    assert bench.cpu_pressure() is None  # macOS, Windows, a kernel without PSI

@@ -295,6 +295,7 @@ def bandwidth(nbytes: int, device: torch.device | str, threads: int | None = Non
 
 THRESHOLD = 0.05  # the verdict rule: a ratio whose whole interval lies beyond 5% is a difference
 BUSY_SHARE = 0.25  # tasks waited for a CPU over a quarter of a round: the machine was busy
+MIN_ROUNDS = 3  # fewer rounds than this give no verdict
 BUSY_SPREAD = 1.5  # one arm's slowest round over 1.5x its fastest: something else got in
 PRESSURE = "/proc/pressure/cpu"  # Linux's pressure stall information (PSI)
 
@@ -303,9 +304,10 @@ def cpu_pressure() -> float | None:
     """Seconds, so far, during which some runnable task waited for a CPU (Linux PSI), or None
     where the system does not report it (macOS, Windows, kernels without PSI).
 
-    It counts waiting, not use: a process using every core alone shows none, and any other
-    program competing for the cores shows at once. (The CPU time that /proc/stat counts moves
-    in 10 ms ticks, too coarse for rounds of tens of milliseconds.)
+    It counts waiting, not use: a process using every core alone shows none, while another
+    program competing for the cores, or more threads than there are cores, shows at once. It
+    covers the whole system: in a container, the host's other tenants count too. (The CPU
+    time that /proc/stat counts moves in 10 ms ticks, too coarse for rounds of tens of ms.)
     """
     try:
         with open(PRESSURE) as f:
@@ -352,9 +354,12 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """'faster', 'slower', 'no clear difference', or 'machine busy' (no verdict)."""
+        """'faster', 'slower', 'no clear difference', or no verdict: 'machine busy' or 'too few
+        rounds' (under MIN_ROUNDS, the interval says nothing)."""
         if self.busy:
             return "machine busy"
+        if len(self.ratios) < MIN_ROUNDS:
+            return "too few rounds"
         low, high = self.interval
         if low > 1 + THRESHOLD:
             return "faster"
@@ -443,8 +448,8 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
             share = (pressure() - waited) / wall
             if share > max(BUSY_SHARE, worst):
                 worst = share
-                busy = (f"tasks waited for a CPU during {share:.0%} of round {r + 1}: another "
-                        f"program is using the cores")
+                busy = (f"tasks waited for a CPU during {share:.0%} of round {r + 1}: the cores "
+                        f"are oversubscribed (another program, or more threads than cores)")
     for name, ts in times.items():  # where the system reports no pressure: the rounds' spread
         if pressure_missing and len(ts) > 1 and max(ts) > BUSY_SPREAD * min(ts) and not busy:
             busy = (f"the rounds of {name} ranged {min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g} ms, "

@@ -74,9 +74,8 @@ def _cuda_only(what: str) -> Callable[[Setup], str | None]:
 def _channels_last(setup: Setup) -> None:
     setup.channels_last = True
     setup.model = setup.model.to(memory_format=torch.channels_last)
-    x, y = setup.batch
-    if x.dim() == 4:
-        setup.batch = (x.contiguous(memory_format=torch.channels_last), y)
+    # the batch stays as a loader gives it: Configured converts each one, in the tuner's trials
+    # as in training, so the conversion's cost is timed too
 
 
 def _set_flag(obj: Any, name: str, value: Any) -> Callable[[], Any]:
@@ -138,6 +137,12 @@ def _halve_threads(setup: Setup) -> None:
     setup.threads = max(1, setup.threads // 2)
 
 
+def _foreach_check(setup: Setup) -> str | None:
+    if setup.device.type == "cuda":
+        return "torch's optimizers already take the foreach implementation on CUDA by default"
+    return None
+
+
 def _compile_check(opted_in: bool) -> Callable[[Setup], str | None]:
     def check(setup: Setup) -> str | None:
         if not opted_in:
@@ -162,8 +167,8 @@ def default_knobs(compile: bool = False) -> list[Knob]:
              "tensor cores)", _autocast_check(bf16), _autocast(bf16), group="autocast"),
         Knob("autocast", "float16", "matmuls and convolutions in fp16, loss scaled by GradScaler",
              _autocast_check(fp16), _autocast(fp16), group="autocast"),
-        Knob("tf32", True, "fp32 matmuls on tensor cores with a 10-bit mantissa", _tf32_check,
-             _tf32),
+        Knob("tf32", True, "fp32 matmuls on tensor cores with a 10-bit mantissa (convolutions use "
+             "TF32 by default already: torch.backends.cudnn.allow_tf32)", _tf32_check, _tf32),
         Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape",
              _cuda_only("cudnn.benchmark"),
              lambda s: s.settings.append(_set_flag(torch.backends.cudnn, "benchmark", True))),
@@ -171,8 +176,9 @@ def default_knobs(compile: bool = False) -> list[Knob]:
              _fewer_threads, _halve_threads),
         Knob("compile", True, "torch.compile fuses element-wise ops into fewer kernels",
              _compile_check(compile), _compile),
-        Knob("optimizer", "foreach", "the optimizer updates all parameters in a few multi-tensor "
-             "kernels instead of one loop step per parameter", lambda s: None,
+        Knob("optimizer", "foreach", "the optimizer's multi-tensor (foreach) implementation: on a "
+             "GPU a few large kernels instead of a loop over the parameters; on a CPU it only "
+             "regroups the same loop", _foreach_check,
              lambda s: s.optimizer_options.update(foreach=True)),
     ]
 

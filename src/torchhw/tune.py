@@ -200,10 +200,11 @@ def _plan(applicable: Sequence[Knob]) -> list[list[Knob]]:
 def choose(trials: Sequence[Trial]) -> Trial | None:
     """The trial to recommend, or None for the baseline.
 
-    The fastest trial at least MARGIN faster than the baseline, unless one with fewer knobs
-    is within MARGIN of it: a knob stays only if it adds a gain the noise could not make.
+    Only a trial whose comparison gave the verdict "faster" can win (a busy machine's or a
+    noisy one's cannot); of those, the fastest, unless one with fewer knobs is within MARGIN
+    of it: a knob stays only if it adds a gain clear of the rounds' spread.
     """
-    winners = [t for t in trials if t.status == "ok" and t.knobs and (t.speedup or 0) >= MARGIN]
+    winners = [t for t in trials if t.status == "ok" and t.knobs and t.verdict == "faster"]
     top = max((t.speedup or 0 for t in winners), default=0.0)
     return min((t for t in winners if (t.speedup or 0) * MARGIN >= top),
                key=lambda t: (len(t.knobs), -(t.speedup or 0)), default=None)
@@ -232,6 +233,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     loss_fn = loss_fn or nn.functional.cross_entropy
     make_optimizer = make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
     round_time = max(min_run_time / ROUNDS, 1e-3)
+    trials_end = start + 0.85 * budget_s  # the rest is the winner's confirmation
 
     def fresh() -> Setup:
         return Setup(copy.deepcopy(model), tuple(t.clone() for t in batch), device, threads,
@@ -267,14 +269,17 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         name = " + ".join(knob_label(k) for k in combo)
         trial = Trial(name, [knob_label(k) for k in combo], "ok")
         trials.append(trial)
-        left = budget_s - (time.perf_counter() - start)
+        left = trials_end - time.perf_counter()
         if left <= 0 or base.status != "ok":
             trial.status = "skipped"
             trial.reason = ("the time budget was spent" if left <= 0
                             else "the baseline could not be measured")
             continue
         setup = fresh()
-        deadline = [time.perf_counter() + min(timeout, max(left, 0.5))]
+        # rounds start until `soft`; a step still refuses to start after `deadline`, a little
+        # later, so that a round in progress can finish
+        soft = time.perf_counter() + min(timeout, left)
+        deadline = [soft + max(0.25, timeout / 4)]
         try:
             for knob in combo:
                 knob.apply(setup)
@@ -282,7 +287,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             context = step.settings
             trial.first_step_s = _first_step(setup, step, context)
             found = bench.compare_rounds(base_step, {name: step}, device=device, rounds=ROUNDS,
-                                         round_time=round_time, deadline=deadline[0],
+                                         round_time=round_time, deadline=soft,
                                          contexts={"baseline": base_context, name: context})
         except TrialStopped:
             trial.status = "timed out"
@@ -291,25 +296,35 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         except Exception as err:  # reported in the trial, never raised to the caller
             trial.status, trial.reason = "failed", f"{type(err).__name__}: {err}".strip()
             continue
+        if len(found[name].ratios) < bench.MIN_ROUNDS:
+            trial.status = "timed out"
+            trial.reason = (f"{len(found[name].ratios)} rounds before its deadline, fewer than "
+                            f"the {bench.MIN_ROUNDS} a verdict needs")
+            continue
         _fill(trial, found[name])
         if base.median_s is None:
             _fill(base, found[name], baseline=True)
         steps[name] = (step, context, deadline)
 
     chosen = choose(trials)
-    confirmation = ""
-    if chosen is not None:  # the winner once more against the baseline, twice the rounds
+    confirmation, unconfirmed, gain = "", None, 1.0
+    if chosen is not None:  # the winner once more against the baseline, in what budget is left
         step, context, deadline = steps[chosen.name]
-        deadline[0] = base_deadline[0] = float("inf")
-        final = bench.compare_rounds(base_step, {chosen.name: step}, device=device,
-                                     rounds=2 * ROUNDS, round_time=round_time,
-                                     contexts={"baseline": base_context, chosen.name: context})
-        again = final[chosen.name]
-        confirmation = str(again)
-        if again.verdict != "faster":
-            reasons_lost = again.busy or f"{again.ratio:.2f}x, not clearly faster"
-            confirmation += f"; not confirmed ({reasons_lost}): the baseline is recommended"
-            chosen = None
+        end = start + budget_s
+        deadline[0] = base_deadline[0] = end + max(0.25, timeout / 4)
+        try:
+            final = bench.compare_rounds(base_step, {chosen.name: step}, device=device,
+                                         rounds=2 * ROUNDS, round_time=round_time, deadline=end,
+                                         contexts={"baseline": base_context, chosen.name: context})
+            again = final[chosen.name]
+            confirmation, verdict = str(again), again.verdict
+        except TrialStopped:
+            confirmation, verdict = "stopped at the end of the budget", "too few rounds"
+        if verdict != "faster":
+            confirmation += "; not confirmed: the baseline is recommended"
+            unconfirmed, chosen = chosen, None
+        else:
+            gain = again.ratio  # the confirmation's own figure: the best of many trials is biased up
     busy = next((t.busy for t in trials if t.busy), "")
     chosen_knobs = set(chosen.knobs) if chosen else set()
     for knob in applicable:
@@ -321,6 +336,10 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
         elif alone.verdict == "machine busy":
             reasons[label] = f"no verdict: {alone.busy}{hardware}"
+        elif unconfirmed is not None and label in unconfirmed.knobs:
+            reasons[label] = (f"left out: {alone.speedup:.2f}x alone, and the winning "
+                              f"{unconfirmed.name} was not confirmed against the baseline "
+                              f"({confirmation.split(';')[0]}){hardware}")
         elif label in chosen_knobs:
             reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended "
                               f"{chosen.name} ({chosen.speedup:.2f}x) includes it, and no "
@@ -338,8 +357,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     trials.sort(key=lambda t: (t.knobs != [], len(t.knobs),
                                [order.get(k, 99) for k in t.knobs]))
     result = TuneResult(str(device), threads, budget_s, time.perf_counter() - start, trials,
-                        recommended, chosen.name if chosen else "baseline",
-                        chosen.speedup if chosen else 1.0,
+                        recommended, chosen.name if chosen else "baseline", gain,
                         {knob_label(k): reasons[knob_label(k)] for k in knobs},
                         confirmation, busy)
     if record_as:

@@ -117,7 +117,7 @@ def needs_switch(have: str | None, want: str, asked: str | None, had: str | None
         return False  # nothing installed yet: the install below takes the wanted build
     if want == "cpu":
         return have != "cpu"
-    return asked == "default" and had == "cpu"
+    return asked == "default" and have == "cpu"  # pip's own choice again, asked for by name
 
 
 def _python(venv: Path) -> Path:
@@ -129,7 +129,9 @@ def _pip(venv: Path, *args: str) -> None:
     print("  " + " ".join(argv[2:]), flush=True)
     done = subprocess.run(argv, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     if done.returncode != 0:
-        raise SystemExit(f"pip failed (exit {done.returncode}): {' '.join(argv)}")
+        raise SystemExit(f"pip failed (exit {done.returncode}): {' '.join(argv)}. Its message is "
+                         f"above; most often the network (a proxy: set HTTPS_PROXY) or a Python "
+                         f"for which a pinned package has no wheel (use Python 3.11)")
 
 
 def _installed(venv: Path, name: str) -> str | None:
@@ -155,11 +157,12 @@ def _create(venv: Path) -> None:
           flush=True)
     done = subprocess.run([sys.executable, "-m", "venv", str(venv)])
     if done.returncode != 0 or _venv_python_version(venv) is None:
-        raise SystemExit(
-            f"could not create a virtual environment with {sys.executable}. On Debian and "
-            f"Ubuntu the venv module is a package of its own: sudo apt-get install "
-            f"python{sys.version_info[0]}.{sys.version_info[1]}-venv, then remove {venv} "
-            f"and run the command again")
+        hint = ""
+        if platform.system() == "Linux" and Path("/usr/bin/apt-get").exists():
+            hint = (f" On Debian and Ubuntu the venv module is a package of its own: sudo "
+                    f"apt-get install python{sys.version_info[0]}.{sys.version_info[1]}-venv.")
+        raise SystemExit(f"could not create a virtual environment with {sys.executable} (its "
+                         f"output is above).{hint} Then remove {venv} and run the command again")
 
 
 def _cuda_packages(venv: Path) -> list[str]:
@@ -178,14 +181,14 @@ def bootstrap(venv: Path, extras: str = "dev", torch: str | None = None,
     if state == want and _python(venv).exists():
         return False
     floor = python_floor(root / "pyproject.toml")
-    if _python(venv).exists():
+    if os.path.lexists(_python(venv)):
         version = _venv_python_version(venv)
-        if version is None:  # a venv made without pip (no ensurepip), or broken since
-            print(f"{venv} cannot run pip: making it again", flush=True)
-            import shutil
-
-            shutil.rmtree(venv)
-        elif version < floor:
+        if version is None:  # made without pip (uv, no ensurepip), or its Python is gone
+            raise SystemExit(
+                f"{venv} exists but cannot run pip (its Python was removed or upgraded, or "
+                f"another tool made it without pip): remove it (make clean) and run the "
+                f"command again")
+        if version < floor:
             raise SystemExit(
                 f"{venv} holds Python {version[0]}.{version[1]}, older than the {floor[0]}."
                 f"{floor[1]} the pinned packages need: remove it (make clean) and run the "

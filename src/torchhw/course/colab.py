@@ -31,10 +31,11 @@ from pathlib import Path
 
 from .paths import CourseError, find_root, step
 
-# What a Colab runtime has preinstalled, of what the course's package and its kernel depend on:
-# the versions Colab runtimes reported in 2024-2025 (`pip list`, and pip's resolver warnings
-# about google-colab's own pins). Update them from `pip list` on a current runtime. Whatever
-# else these need, pip picks here, as Colab's image builder did.
+# What a Colab runtime has preinstalled, of what the course's package and its kernel depend on,
+# as users reported it (pip's resolver warnings about google-colab's own pins, `pip list`
+# printouts), not read off a live runtime here: ipywidgets 7.7.1, IPython 7.34.0 and notebook
+# 6.5.5 were pinned by google-colab in 2024; ipykernel 6.17.1 replaced 5.5.6 in 2025 runtimes.
+# Update them from `pip list` on a current runtime. Whatever else these need, pip picks here.
 COLAB = {
     "ipywidgets": "7.7.1", "ipykernel": "6.17.1", "ipython": "7.34.0",
     "notebook": "6.5.5",  # the classic server, which Colab's widgets 7 require

