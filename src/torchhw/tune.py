@@ -34,7 +34,6 @@ import copy
 import itertools
 import statistics
 import time
-from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -43,7 +42,7 @@ from torch import nn
 
 from . import bench, measurements, train
 from .device import synchronize
-from .knobs import Knob, Setup, configure, default_knobs, prepare
+from .knobs import Knob, Setup, default_knobs, prepare
 from .knobs import label as knob_label
 
 MARGIN = 1 + bench.THRESHOLD  # a knob is kept only if its gain is clear by the course's one rule

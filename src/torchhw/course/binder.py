@@ -15,14 +15,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from .paths import CourseError, find_root, step
+from .paths import find_root, run_step_command, step
 
 
 class BinderError(RuntimeError):
@@ -97,9 +95,4 @@ def simulate(workdir: Path | None = None, notebook: str = "00_hardware_tour.ipyn
 
 
 def main() -> int:
-    try:
-        simulate()
-    except (BinderError, CourseError, subprocess.TimeoutExpired) as err:
-        print(f"torchhw binder: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return run_step_command("binder", simulate, (BinderError,))

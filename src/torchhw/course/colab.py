@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import CourseError, find_root, step
+from .paths import CourseError, find_root, run_step_command, step
 
 # What a Colab runtime has preinstalled, of what the course's package and its kernel depend on,
 # as users reported it (pip's resolver warnings about google-colab's own pins, `pip list`
@@ -245,9 +245,4 @@ def check(root: Path | None = None, echo=print) -> dict:
 
 
 def main() -> int:
-    try:
-        check()
-    except (CourseError, subprocess.TimeoutExpired) as err:
-        print(f"torchhw colab: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return run_step_command("colab", check)

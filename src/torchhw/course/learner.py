@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .paths import CourseError, find_root, step
+from .paths import find_root, run_step_command, step
 
 TOOLING = ("papermill", "nbclient", "nbconvert", "jupyterlab", "ipykernel", "nbval")
 IMPORT_ALL = """
@@ -60,9 +59,4 @@ def check(root: Path | None = None, echo=print) -> float:
 
 
 def main() -> int:
-    try:
-        check()
-    except (CourseError, subprocess.TimeoutExpired) as err:
-        print(f"torchhw learner: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return run_step_command("learner", check)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import difflib
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 NOTEBOOK_NAME = re.compile(r"\d\d_[a-z0-9_]+\.ipynb")
 
@@ -79,3 +80,13 @@ def step(name: str, argv: list[str], env: dict[str, str], cwd: Path, echo=print,
                           f"{(done.stdout + done.stderr)[-3000:]}")
     echo(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
     return done.stdout
+
+
+def run_step_command(name: str, check: Any, errors: tuple[type[BaseException], ...] = ()) -> int:
+    """A `torchhw NAME` command that runs ``check()``: 0, or 1 with the error on one line."""
+    try:
+        check()
+    except (CourseError, subprocess.TimeoutExpired, *errors) as err:
+        print(f"torchhw {name}: error: {err}", file=sys.stderr)
+        return 1
+    return 0

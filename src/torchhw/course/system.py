@@ -157,9 +157,9 @@ def _apt_install(packages: Sequence[str], echo: Callable[..., None]) -> str | No
 
 def _playwright_install(echo: Callable[..., None]) -> str | None:
     """Playwright's own Chromium (a download from Playwright's servers); None when done."""
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("playwright") is None:
         return "playwright is not installed (it comes with the dev extra)"
     echo("  installing Playwright's Chromium (python -m playwright install chromium)",
          flush=True)
