@@ -133,3 +133,10 @@ def test_cpu_pressure_reads_linux_psi(tmp_path, monkeypatch):
     assert bench.cpu_pressure() == pytest.approx(112.231498)
     monkeypatch.setattr(bench, "PRESSURE", str(tmp_path / "absent"))
     assert bench.cpu_pressure() is None  # macOS, Windows, a kernel without PSI
+
+
+def test_no_round_starts_after_the_deadline():
+    m = Machine(6)
+    out = bench.compare_rounds(m.job(1e-3), {"b": m.job(1e-3)}, device="cpu", clock=m.clock,
+                               pressure=None, round_time=1e-3, deadline=-1.0)["b"]
+    assert out.ratios == [] and out.verdict == "too few rounds"

@@ -5,6 +5,7 @@ torch build it takes."""
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
 import re
 
 from packaging.specifiers import SpecifierSet
@@ -155,3 +156,22 @@ def test_freeze_keeps_the_header_and_comments_and_drops_cuda_only_packages():
     assert pins[0] == "numpy==2.4.6" and pins[2] == "torch==2.13.0"
     assert pins[1].startswith("soupsieve==2.10  # 3.x needs Python 3.11.5")
     assert not any(p.startswith(("nvidia", "triton", "torchhw")) for p in pins)
+
+
+def test_a_first_install_with_torch_cpu_takes_the_cpu_build_from_its_index(tmp_path, monkeypatch):
+    """What `make lab TORCH=cpu` runs on Linux x86-64, with pip replaced by a recorder."""
+    calls, installed = [], {}
+    monkeypatch.setattr(bootstrap, "cpu_build_exists", lambda *a: True)
+    monkeypatch.setattr(bootstrap, "_create", lambda venv: (venv / "bin").mkdir(parents=True))
+    monkeypatch.setattr(bootstrap, "_venv_python_version", lambda venv: (3, 11))
+    monkeypatch.setattr(bootstrap, "_installed", lambda venv, name: installed.get(name))
+    monkeypatch.setattr(bootstrap, "_pip", lambda venv, *args: calls.append(list(args)))
+    venv = tmp_path / "venv"
+    assert bootstrap.bootstrap(venv, "course", "cpu") is True
+    pin = bootstrap.pinned_torch(ROOT / "constraints.txt")
+    torch_call = next(c for c in calls if f"torch=={pin}+cpu" in c)
+    assert "--no-deps" in torch_call and bootstrap.CPU_INDEX in torch_call, \
+        "torch alone from the CPU index: its dependencies come from PyPI"
+    assert calls[-1][-1] == f"{ROOT}[course]" and bootstrap.CPU_INDEX not in calls[-1]
+    state = json.loads((venv / bootstrap.STATE).read_text())
+    assert state["torch"] == "cpu" and state["extras"] == "course"

@@ -45,8 +45,9 @@ def readme_block() -> list[str]:
 
 
 def inputs(commands: list[str]) -> str:
-    text = "\n".join(commands).encode() + (ROOT / "pyproject.toml").read_bytes() + \
-        (ROOT / "constraints.txt").read_bytes()
+    """What the environment depends on; this suite's own torch build too (the CPU line)."""
+    text = "\n".join(commands + [metadata.version("torch")]).encode() + \
+        (ROOT / "pyproject.toml").read_bytes() + (ROOT / "constraints.txt").read_bytes()
     return hashlib.sha256(text).hexdigest()[:16]
 
 
@@ -89,6 +90,11 @@ def test_the_readme_pip_path_installs_lab_and_no_test_tools(tmp_path):
          "'pytest', 'nbval', 'playwright', 'xdist']}))"],
         capture_output=True, text=True, check=True)
     found = json.loads(present.stdout)
+    torch_there = subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+                                  "print(m.version('torch'))"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+    assert torch_there.endswith("+cpu") == cpu, \
+        f"the block installed torch {torch_there}; the CPU line {'ran' if cpu else 'did not run'}"
     assert all(found[n] for n in ("torchhw", "jupyterlab", "papermill", "ipykernel")), found
     assert not any(found[n] for n in ("pytest", "nbval", "playwright", "xdist")), \
         f"the course extra brought test tools: {found}"

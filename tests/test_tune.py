@@ -4,6 +4,7 @@ knobs that do not apply included, trials have deadlines, and the plan never chan
 import json
 import time
 
+import pytest
 import torch
 from torch import nn
 
@@ -103,7 +104,7 @@ def test_default_knobs_on_cpu_say_why_gpu_knobs_do_not_apply():
     result = tune.tune(model, batch, budget_s=20, min_run_time=0.01, threads=1, record_as=None)
     reasons = result.reasons
     assert "CUDA" in reasons["cudnn_benchmark=True"] or torch.cuda.is_available()
-    assert "no convolution" in reasons["channels_last=True"]
+    assert "no 2-D convolution" in reasons["channels_last=True"]
     assert "compile=True" in reasons["compile=True"]
     assert len(reasons) == len(tune.default_knobs())
 
@@ -159,3 +160,39 @@ def test_the_winner_must_be_confirmed_and_its_gain_is_the_confirmation_s(monkeyp
     assert result.recommended_trial == "baseline" and result.gain == 1.0
     assert "not confirmed" in result.confirmation
     assert "not confirmed" in result.reasons["fine=True"]
+
+
+def test_a_knob_that_adds_nothing_to_the_winner_is_dropped(monkeypatch):
+    """The pair a+b looked best in its own trial; in the confirmation, timed beside a alone
+    and b alone, it is no faster than a: b is dropped, and a is what is recommended."""
+    from torchhw import bench
+
+    real = bench.compare_rounds
+    trial_gain = {"a=True": 1.2, "b=True": 1.0, "a=True + b=True": 1.3}
+    final_gain = {"a=True": 1.2, "b=True": 1.0, "a=True + b=True": 1.2}
+
+    def fake(base, candidates, **kw):
+        out = real(base, candidates, **kw)
+        gains = final_gain if kw["rounds"] == 2 * tune.ROUNDS else trial_gain
+        for name, c in out.items():
+            c.cand_times = [t / gains[name] for t in c.base_times]
+            c.busy = ""
+        return out
+
+    monkeypatch.setattr(bench, "compare_rounds", fake)
+    knobs = [tune.Knob("a", True, "", lambda s: None, noop),
+             tune.Knob("b", True, "", lambda s: None, noop)]
+    result = run(knobs, budget_s=20)
+    assert result.recommended == {"a": True}, result
+    assert result.gain == pytest.approx(1.2)
+    assert "adds no clear gain" in result.reasons["b=True"]
+    assert result.reasons["a=True"].startswith("kept")
+
+
+def test_channels_last_needs_a_2d_convolution():
+    conv3d = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Flatten(), nn.LazyLinear(3))
+    setup = tune.Setup(conv3d, (torch.randn(2, 1, 4, 4, 4), torch.randint(0, 3, (2,))),
+                       torch.device("cpu"), 1, nn.functional.cross_entropy,
+                       lambda p: torch.optim.SGD(p, lr=0.1))
+    knob = next(k for k in tune.default_knobs() if k.name == "channels_last")
+    assert knob.check(setup) == "the model has no 2-D convolution"

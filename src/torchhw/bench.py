@@ -340,13 +340,15 @@ class Comparison:
     def ratio(self) -> float:
         import statistics
 
-        return statistics.median(self.ratios)
+        return statistics.median(self.ratios) if self.ratios else float("nan")
 
     @property
     def interval(self) -> tuple[float, float]:
         import statistics
 
         r = sorted(self.ratios)
+        if not r:
+            return float("nan"), float("nan")
         if len(r) < 4:
             return r[0], r[-1]
         q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive")
@@ -418,8 +420,8 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     in odd ones, in the calling thread: where the work will run, with its thread pool. A
     slow patch of the machine then slows both arms of a round, and the ratio of each round
     keeps its meaning. ``contexts`` maps an arm to a context manager factory entered around
-    each of its blocks (a flag, :func:`using_threads`). A round is not started after
-    ``deadline`` (a ``clock`` value). The machine counts as busy, and no verdict is given,
+    each of its blocks (a flag, :func:`using_threads`). No round starts after ``deadline`` (a
+    ``clock`` value): with fewer than MIN_ROUNDS done there is no verdict. The machine counts as busy, and no verdict is given,
     when tasks waited for a CPU for more than ``BUSY_SHARE`` of a round (``pressure``: seconds
     of waiting so far, :func:`cpu_pressure` by default). Where the system reports no pressure,
     an arm whose rounds spread beyond ``BUSY_SPREAD`` counts as busy instead: a cruder sign,
@@ -437,7 +439,7 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     busy, worst = "", 0.0
     pressure_missing = pressure is None or pressure() is None
     for r in range(rounds):
-        if deadline is not None and r and clock() > deadline:
+        if deadline is not None and clock() > deadline:
             break
         waited, start = (pressure() if pressure else None), clock()
         order = list(arms) if r % 2 == 0 else list(arms)[::-1]
@@ -449,7 +451,8 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
             if share > max(BUSY_SHARE, worst):
                 worst = share
                 busy = (f"tasks waited for a CPU during {share:.0%} of round {r + 1}: the cores "
-                        f"are oversubscribed (another program, or more threads than cores)")
+                        f"are oversubscribed (another program, other tenants of a shared host "
+                        f"or container, or more threads than cores)")
     for name, ts in times.items():  # where the system reports no pressure: the rounds' spread
         if pressure_missing and len(ts) > 1 and max(ts) > BUSY_SPREAD * min(ts) and not busy:
             busy = (f"the rounds of {name} ranged {min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g} ms, "

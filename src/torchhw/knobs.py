@@ -60,7 +60,8 @@ class Knob:
 
 
 def _has_conv(setup: Setup) -> bool:
-    return any(isinstance(m, (nn.Conv2d, nn.Conv3d)) for m in setup.model.modules())
+    """channels_last is the layout of 4-D tensors: 2-D convolutions (3-D ones have their own)."""
+    return any(isinstance(m, nn.Conv2d) for m in setup.model.modules())
 
 
 def _cuda_only(what: str) -> Callable[[Setup], str | None]:
@@ -161,7 +162,7 @@ def default_knobs(compile: bool = False) -> list[Knob]:
     bf16, fp16 = torch.bfloat16, torch.float16
     return [
         Knob("channels_last", True, "convolutions read NHWC memory (oneDNN, cuDNN prefer it)",
-             lambda s: None if _has_conv(s) else "the model has no convolution",
+             lambda s: None if _has_conv(s) else "the model has no 2-D convolution",
              _channels_last),
         Knob("autocast", "bfloat16", "matmuls and convolutions in bf16 (AMX, AVX-512 BF16, "
              "tensor cores)", _autocast_check(bf16), _autocast(bf16), group="autocast"),

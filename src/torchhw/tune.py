@@ -100,6 +100,8 @@ class TuneResult:
 
     def rows(self) -> list[list[str]]:
         rows = [["trial", "status", "median step", "speed-up", "IQR of ratio", "verdict, note"]]
+        # each speed-up is against the baseline re-timed in that trial's own rounds, so a row's
+        # median step need not divide into the baseline row's (from the first trial's rounds)
         for t in self.trials:
             note = "; ".join(x for x in (t.verdict, t.busy, t.reason) if x)
             rows.append([
@@ -112,6 +114,7 @@ class TuneResult:
         rows = self.rows()
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
+        lines.append("(each speed-up is against the baseline timed in that trial's own rounds)")
         lines.append(f"recommended: {self.recommended_trial} ({self.gain:.2f}x the baseline), "
                      f"{self.spent_s:.1f} s of a {self.budget_s:g} s budget")
         if self.confirmation:
@@ -127,7 +130,9 @@ class TuneResult:
         rows = self.rows()
         lines = ["| " + " | ".join(rows[0]) + " |", "|---|---|--:|--:|--:|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        lines += ["", f"**recommended:** {self.recommended_trial} ({self.gain:.2f}x the "
+        lines += ["", "Each speed-up is against the baseline timed in that trial's own rounds "
+                      "(the baseline row's median step is from the first trial's).",
+                  "", f"**recommended:** {self.recommended_trial} ({self.gain:.2f}x the "
                       f"baseline, {self.spent_s:.1f} s of a {self.budget_s:g} s budget)", ""]
         if self.confirmation:
             lines += [f"confirmed? {self.confirmation}", ""]
@@ -306,24 +311,11 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         steps[name] = (step, context, deadline)
 
     chosen = choose(trials)
-    confirmation, unconfirmed, gain = "", None, 1.0
-    if chosen is not None:  # the winner once more against the baseline, in what budget is left
-        step, context, deadline = steps[chosen.name]
-        end = start + budget_s
-        deadline[0] = base_deadline[0] = end + max(0.25, timeout / 4)
-        try:
-            final = bench.compare_rounds(base_step, {chosen.name: step}, device=device,
-                                         rounds=2 * ROUNDS, round_time=round_time, deadline=end,
-                                         contexts={"baseline": base_context, chosen.name: context})
-            again = final[chosen.name]
-            confirmation, verdict = str(again), again.verdict
-        except TrialStopped:
-            confirmation, verdict = "stopped at the end of the budget", "too few rounds"
-        if verdict != "faster":
-            confirmation += "; not confirmed: the baseline is recommended"
-            unconfirmed, chosen = chosen, None
-        else:
-            gain = again.ratio  # the confirmation's own figure: the best of many trials is biased up
+    confirmation, unconfirmed, gain, dropped = "", None, 1.0, {}
+    if chosen is not None:
+        chosen, confirmation, gain, unconfirmed, dropped = _confirm(
+            chosen, trials, steps, base_step, base_context, base_deadline, device, round_time,
+            start + budget_s, max(0.25, timeout / 4))
     busy = next((t.busy for t in trials if t.busy), "")
     chosen_knobs = set(chosen.knobs) if chosen else set()
     for knob in applicable:
@@ -335,15 +327,16 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             reasons[label] = f"{what}: {alone.reason if alone else ''}".rstrip(": ")
         elif alone.verdict == "machine busy":
             reasons[label] = f"no verdict: {alone.busy}{hardware}"
+        elif label in dropped:
+            reasons[label] = (f"left out: {dropped[label]}, so it adds no clear gain{hardware}")
         elif unconfirmed is not None and label in unconfirmed.knobs:
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, and the winning "
                               f"{unconfirmed.name} was not confirmed against the baseline "
                               f"({confirmation.split(';')[0]}){hardware}")
         elif label in chosen_knobs:
-            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended "
-                              f"{chosen.name} ({chosen.speedup:.2f}x) includes it, and no "
-                              f"configuration with fewer knobs came within {MARGIN - 1:.0%}"
-                              f"{hardware}")
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended {chosen.name} "
+                              f"was {gain:.2f}x the baseline when confirmed, and every knob in "
+                              f"it added a clear gain where that was measured{hardware}")
         elif alone.verdict != "faster":
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, {alone.verdict}"
                               f"{hardware}")
@@ -363,6 +356,55 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         measurements.add(record_as, result.to_dict(), note="torchhw.tune: trials and recommendation")
         measurements.add(f"{record_as} gain", result.gain, "x", result.recommended_trial)
     return result
+
+
+def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Callable[[], Any],
+             base_context: Callable[[], Any], base_deadline: list[float], device: torch.device,
+             round_time: float, end: float, grace: float):
+    """Time the winner against the baseline once more, in twice the rounds, beside the winner
+    without each of its knobs (where that was a trial of its own): a knob stays only if the
+    winner is clearly faster than the winner without it, in the same rounds.
+
+    Returns (the trial to recommend or None, the confirmation's text, its gain, the trial that
+    was not confirmed or None, {knob: why it was dropped}).
+    """
+    by_name = {t.name: t for t in trials}
+    subsets = {}
+    for knob in chosen.knobs:
+        rest = " + ".join(k for k in chosen.knobs if k != knob)
+        if rest in steps:
+            subsets[knob] = rest
+    arms = [chosen.name, *subsets.values()]
+    for name in arms:
+        steps[name][2][0] = end + grace
+    base_deadline[0] = end + grace
+    try:
+        final = bench.compare_rounds(
+            base_step, {name: steps[name][0] for name in arms}, device=device, rounds=2 * ROUNDS,
+            round_time=round_time, deadline=end,
+            contexts={"baseline": base_context, **{name: steps[name][1] for name in arms}})
+    except TrialStopped:
+        return None, "stopped at the end of the budget; not confirmed: the baseline is " \
+                     "recommended", 1.0, chosen, {}
+    dropped = {}
+    for knob, rest in subsets.items():
+        needed = bench.Comparison(rest, chosen.name, final[rest].cand_times,
+                                  final[chosen.name].cand_times, final[chosen.name].busy)
+        if needed.verdict != "faster":
+            dropped[knob] = (f"{chosen.name} was {needed.ratio:.2f}x {rest} without it "
+                             f"({needed.verdict})")
+    pick = chosen.name
+    if dropped:  # the best confirmed configuration without a knob that adds nothing clear
+        kept = [subsets[k] for k in dropped if final[subsets[k]].verdict == "faster"]
+        pick = max(kept, key=lambda n: final[n].ratio, default=None)
+    if pick is None or final[pick].verdict != "faster":
+        again = final[pick or chosen.name]
+        return (None, f"{again}; not confirmed: the baseline is recommended", 1.0, chosen,
+                dropped)
+    again = final[pick]
+    dropped = {k: why for k, why in dropped.items() if k not in by_name[pick].knobs}
+    # the confirmation's own figure: the best of many trials is biased upwards
+    return by_name[pick], str(again), again.ratio, None, dropped
 
 
 def _fill(trial: Trial, found: bench.Comparison, baseline: bool = False) -> None:
@@ -388,7 +430,10 @@ def _in_hardware_terms(knob: Knob, setup: Setup) -> str:
     if knob.name == "autocast" and setup.device.type == "cpu":
         from . import hardware
 
-        isa = hardware.cpu_info().isa
+        info = hardware.cpu_info()
+        if info.arch not in ("x86_64", "AMD64"):
+            return ""  # the x86 flags below say nothing about an Arm CPU's bf16 or fp16
+        isa = info.isa
         if knob.value == "bfloat16":
             has = "AMX" if isa.get("amx_bf16") else "AVX-512 BF16" if isa.get("avx512_bf16") else ""
         else:

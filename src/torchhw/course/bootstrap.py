@@ -50,7 +50,7 @@ def check_python(version: tuple[int, int], floor: tuple[int, int]) -> None:
             f"Python {version[0]}.{version[1]} is too old for this course: the versions it pins "
             f"(numpy, matplotlib, scikit-learn, IPython and others) need Python {need} or newer. "
             f"Install Python {need} or newer and name it: make PYTHON=python{need} ... "
-            f"(or python{need} {Path(__file__).name} ...)")
+            f"(or python{need} src/torchhw/course/{Path(__file__).name} ...)")
 
 
 def cpu_build_exists(system: str = platform.system(), machine: str = platform.machine()) -> bool:
@@ -130,8 +130,10 @@ def _pip(venv: Path, *args: str) -> None:
     done = subprocess.run(argv, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     if done.returncode != 0:
         raise SystemExit(f"pip failed (exit {done.returncode}): {' '.join(argv)}. Its message is "
-                         f"above; most often the network (a proxy: set HTTPS_PROXY) or a Python "
-                         f"for which a pinned package has no wheel (use Python 3.11)")
+                         f"above; most often the network (a proxy: set HTTPS_PROXY), or a Python or "
+                         f"platform for which a pinned package has no wheel: Python 3.11 on "
+                         f"Linux, Windows or an Apple-silicon Mac has them all (an Intel Mac "
+                         f"has no torch after 2.2)")
 
 
 def _installed(venv: Path, name: str) -> str | None:
@@ -145,7 +147,10 @@ def _installed(venv: Path, name: str) -> str | None:
 def _venv_python_version(venv: Path) -> tuple[int, int] | None:
     """The (major, minor) of the venv's Python, or None when it cannot run pip."""
     code = "import sys, pip; print(*sys.version_info[:2])"
-    out = subprocess.run([str(_python(venv)), "-c", code], capture_output=True, text=True)
+    try:
+        out = subprocess.run([str(_python(venv)), "-c", code], capture_output=True, text=True)
+    except OSError:  # a link to a Python that was removed or upgraded
+        return None
     if out.returncode != 0:
         return None
     major, minor = out.stdout.split()

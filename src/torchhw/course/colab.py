@@ -139,7 +139,9 @@ def _own_torch() -> str:
 def build(root: Path, venv: Path, echo=print) -> Path:
     """The Colab-like environment at ``venv``, built anew when its versions changed."""
     versions = colab_versions(root)
-    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+    build_of_torch = _own_torch()  # '2.13.0+cpu' or '2.13.0': rebuilt when .venv switches
+    digest = hashlib.sha256(json.dumps([versions, build_of_torch], sort_keys=True).encode()
+                            ).hexdigest()[:16]
     python = venv / "bin" / "python"
     stamp = venv / "colab-versions.json"
     if python.exists() and stamp.exists() and json.loads(stamp.read_text()).get("digest") == digest:
