@@ -59,7 +59,7 @@ def test_binder_installs_every_dependency_of_the_package():
 def test_binder_python_is_the_one_ci_uses():
     version = runtime_python(BINDER)
     header = re.search(r"Python (\d+\.\d+)", (ROOT / "constraints.txt").read_text()).group(1)
-    makefile = re.search(r"command -v python(\d+\.\d+)", (ROOT / "Makefile").read_text()).group(1)
+    makefile = re.search(r"for p in python(\d+\.\d+)", (ROOT / "Makefile").read_text()).group(1)
     assert version == header == makefile, \
         f"binder/runtime.txt says {version}, constraints.txt {header}, the Makefile {makefile}"
 

@@ -35,6 +35,15 @@ def python_floor_of_pins() -> tuple[tuple[int, int], dict[str, str]]:
     assert {"numpy", "matplotlib", "scipy", "scikit-learn", "ipython", "torch"} <= set(needs)
     # patch releases count: a package may need 3.11.5 where Debian 12 has 3.11.2
     candidates = [Version(f"3.{minor}.{patch}") for minor in range(8, 20) for patch in range(30)]
+    def admitted(v):
+        return all(v in SpecifierSet(spec) for spec in needs.values())
+
+    # single releases refused inside a series the pins otherwise admit (networkx: !=3.14.1)
+    excluded = {tuple(v.release) for v in candidates if not admitted(v)
+                and any(admitted(w) for w in candidates if w.minor == v.minor)}
+    assert set(bootstrap.EXCLUDED_PYTHONS) == excluded, \
+        f"the pins refuse Python {sorted(excluded)}: bootstrap.EXCLUDED_PYTHONS must name " \
+        f"exactly those"
     for version in candidates:
         if all(version in SpecifierSet(spec) for spec in needs.values()):
             floor = (version.major, version.minor)
@@ -65,6 +74,8 @@ def test_bootstrap_refuses_an_older_python_with_what_to_do():
         bootstrap.check_python((3, 10), (3, 11))
     assert "Python 3.10 is too old" in str(err.value) and "PYTHON=python3.11" in str(err.value)
     bootstrap.check_python((3, 12), (3, 11))  # newer is fine
+    with pytest.raises(SystemExit, match="3.14.1 is refused by networkx"):
+        bootstrap.check_python((3, 14, 1), (3, 11))
 
 
 def test_every_dependency_is_pinned_and_binder_is_generated():
@@ -86,7 +97,8 @@ def test_every_installed_package_is_pinned():
     site = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}
     installed = {deps._name(d.metadata["Name"]) for d in metadata.distributions()
                  if Path(d.locate_file("")).resolve() in site}
-    loose = installed - set(pinned) - {"pip", "setuptools", "torchhw"}
+    loose = {n for n in installed - set(pinned) - {"pip", "setuptools", "torchhw"}
+             if not n.startswith(deps.PLATFORM_ONLY)}  # the CUDA build's, a Mac's, Windows's
     assert not loose, f"constraints.txt pins no version of {sorted(loose)}: make constraints"
 
 
@@ -175,3 +187,21 @@ def test_a_first_install_with_torch_cpu_takes_the_cpu_build_from_its_index(tmp_p
     assert calls[-1][-1] == f"{ROOT}[course]" and bootstrap.CPU_INDEX not in calls[-1]
     state = json.loads((venv / bootstrap.STATE).read_text())
     assert state["torch"] == "cpu" and state["extras"] == "course"
+
+
+def test_a_new_pin_keeps_the_cpu_build(tmp_path, monkeypatch):
+    """TORCH=cpu remembered, torch's pin raised: its CPU build first, never PyPI's CUDA one."""
+    calls = []
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / bootstrap.STATE).write_text(json.dumps({"extras": "dev", "torch": "cpu",
+                                                    "inputs": "an older constraints.txt"}))
+    monkeypatch.setattr(bootstrap, "cpu_build_exists", lambda *a: True)
+    monkeypatch.setattr(bootstrap, "_venv_python_version", lambda venv: (3, 11))
+    monkeypatch.setattr(bootstrap, "_installed", lambda venv, name: "2.12.0+cpu")
+    monkeypatch.setattr(bootstrap, "_pip", lambda venv, *args: calls.append(list(args)))
+    assert bootstrap.bootstrap(venv, "dev") is True
+    pin = bootstrap.pinned_torch(ROOT / "constraints.txt")
+    assert f"torch=={pin}+cpu" in calls[0] and bootstrap.CPU_INDEX in calls[0]
+    assert calls[-1][-1] == f"{ROOT}[dev]"

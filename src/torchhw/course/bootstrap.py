@@ -42,8 +42,17 @@ def python_floor(pyproject: Path) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-def check_python(version: tuple[int, int], floor: tuple[int, int]) -> None:
-    """Stop with what to do when ``version`` is below the pins' ``floor``."""
+# Python releases that a pinned package refuses (its Requires-Python): tests/test_deps.py
+# checks this against the pins' own metadata.
+EXCLUDED_PYTHONS = {(3, 14, 1): "networkx 3.6.1"}
+
+
+def check_python(version: tuple[int, ...], floor: tuple[int, int]) -> None:
+    """Stop with what to do when ``version`` is below the pins' ``floor``, or excluded."""
+    excluded = EXCLUDED_PYTHONS.get(tuple(version[:3]))
+    if excluded:
+        raise SystemExit(f"Python {'.'.join(map(str, version[:3]))} is refused by {excluded}, "
+                         f"which the course pins: use another Python 3.{floor[1]} or newer")
     if version < floor:
         need = f"{floor[0]}.{floor[1]}"
         raise SystemExit(
@@ -131,9 +140,8 @@ def _pip(venv: Path, *args: str) -> None:
     if done.returncode != 0:
         raise SystemExit(f"pip failed (exit {done.returncode}): {' '.join(argv)}. Its message is "
                          f"above; most often the network (a proxy: set HTTPS_PROXY), or a Python or "
-                         f"platform for which a pinned package has no wheel: Python 3.11 on "
-                         f"Linux, Windows or an Apple-silicon Mac has them all (an Intel Mac "
-                         f"has no torch after 2.2)")
+                         f"platform for which a pinned package has no wheel (CI tests Python "
+                         f"3.11 on Linux; an Intel Mac has no torch after 2.2)")
 
 
 def _installed(venv: Path, name: str) -> str | None:
@@ -199,7 +207,7 @@ def bootstrap(venv: Path, extras: str = "dev", torch: str | None = None,
                 f"{floor[1]} the pinned packages need: remove it (make clean) and run the "
                 f"command again with a newer Python (make PYTHON=python{floor[0]}.{floor[1]} ...)")
     if not _python(venv).exists():
-        check_python(sys.version_info[:2], floor)
+        check_python(tuple(sys.version_info[:3]), floor)
         _create(venv)
         _pip(venv, "install", "--quiet", "--upgrade", "pip")
         print("installing the course's packages: 1-2 minutes with torch's CPU build, several "
@@ -211,6 +219,9 @@ def bootstrap(venv: Path, extras: str = "dev", torch: str | None = None,
     if cpu and have is None:  # torch alone from the CPU index; everything else from PyPI
         _pip(venv, "install", "--quiet", *torch_req)
         have = "cpu"
+    elif cpu and have == "cpu" and _installed(venv, "torch") != f"{pin}+cpu":
+        # a new pin: its CPU build first, or the install below would take PyPI's CUDA build
+        _pip(venv, "install", "--quiet", *torch_req)
     if cpu_build_exists() and needs_switch(have, want["torch"], torch, state.get("torch")):
         print(f"torch: switching from the {have} build to the {want['torch']} build", flush=True)
         if cpu:

@@ -105,8 +105,9 @@ def binder_requirements(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-# What only the CUDA build of torch brings: never pinned, since the CPU build has none of it.
-PLATFORM_ONLY = ("nvidia-", "triton")
+# What only the CUDA build of torch, or only another platform, brings: never pinned, since the
+# CPU build on Linux (what constraints.txt is made from) has none of it.
+PLATFORM_ONLY = ("nvidia-", "triton", "appnope", "pywinpty", "pywin32", "colorama")
 
 
 def freeze(root: Path, installed: dict[str, str]) -> str:
