@@ -15,8 +15,12 @@
 #   make system     find or install chromium, npm and shellcheck, which the tests need
 #   make stress     run the 2-rank and 2-node DDP jobs 50 times each and count failures (ARGS="--runs N")
 
-# the first of these that runs and is 3.11 or newer (a pyenv shim of an absent version does not)
-PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && command -v $$p && break; done)
+# the first of these that runs and is 3.11 or newer (a pyenv shim of an absent version does not);
+# else plain python3, so that bootstrap.py can say why it is too old
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3.14 python3.15 python3; do $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && command -v $$p && break; done || true)
+ifeq ($(PYTHON),)
+PYTHON := $(shell command -v python3)
+endif
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Which torch build: `default` lets pip choose (on Linux x86-64 from PyPI that is the CUDA build,

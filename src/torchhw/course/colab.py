@@ -12,8 +12,9 @@ then runs notebook 04, whose learning-rate explorer is the course's widget, on t
 environment's kernel (ipywidgets 7 there, where the course is tested with 8).
 
 Two differences from Colab are unavoidable here: Colab runs Python 3.12 and a CUDA build of
-torch; this runs the tested Python and the torch CPU build that this machine's pip can
-install (:func:`colab_versions` says which). The environment is kept in build/colab-venv and
+torch; this runs a Python 3.11 or 3.12 found here (.venv's own where it is one of them) and the
+build of torch that .venv has (:func:`colab_versions` says which). Colab's versions have no
+wheels for Python 3.13 and later. The environment is kept in build/colab-venv and
 rebuilt when :data:`COLAB` or the torch changes; the package is uninstalled before each check.
 """
 
@@ -130,6 +131,23 @@ def _env() -> dict[str, str]:
     return env
 
 
+class NoColabPython(CourseError):
+    """No Python of the versions Colab's packages have wheels for is installed here."""
+
+
+def colab_python() -> str:
+    """A Python 3.11 or 3.12 to build the Colab-like environment with: this one if it is."""
+    if sys.version_info[:2] in ((3, 11), (3, 12)):
+        return sys.executable
+    for name in ("python3.12", "python3.11"):
+        found = shutil.which(name)
+        if found and subprocess.run([found, "-c", "pass"], capture_output=True).returncode == 0:
+            return found
+    raise NoColabPython(f"the Colab check needs Python 3.11 or 3.12 (Colab runs 3.12, and its "
+                        f"numpy 2.0.2 has no wheels for {sys.version_info[0]}."
+                        f"{sys.version_info[1]}): install python3.12 to run it")
+
+
 def _own_torch() -> str:
     import importlib.metadata
 
@@ -148,7 +166,7 @@ def build(root: Path, venv: Path, echo=print) -> Path:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     env = _env()
-    step("fresh virtual environment", [sys.executable, "-m", "venv", str(venv)], env, root, echo)
+    step("fresh virtual environment", [colab_python(), "-m", "venv", str(venv)], env, root, echo)
     # torch in the build this checkout's own environment has: on Linux x86-64 PyPI's default
     # is the CUDA build, several GB, which a CPU-only reader chose not to download
     from . import bootstrap

@@ -163,8 +163,11 @@ def _playwright_install(echo: Callable[..., None]) -> str | None:
         return "playwright is not installed (it comes with the dev extra)"
     echo("  installing Playwright's Chromium (python -m playwright install chromium)",
          flush=True)
+    # --with-deps also installs the system libraries Chromium needs (a minimal Ubuntu, WSL),
+    # which takes root: only where root, or sudo without a password, is at hand
+    deps = ["--with-deps"] if _as_root() is not None and shutil.which("apt-get") else []
     try:
-        done = subprocess.run([sys.executable, "-m", "playwright", "install", "chromium"],
+        done = subprocess.run([sys.executable, "-m", "playwright", "install", *deps, "chromium"],
                               capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return "playwright install chromium timed out"
