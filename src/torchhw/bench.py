@@ -27,6 +27,7 @@ import torch.utils.benchmark as tbench
 from torch.utils.benchmark.utils.common import select_unit
 
 from .device import synchronize
+from .knobs import using_threads  # noqa: F401  (compare_rounds contexts; notebook 09)
 
 NOISY = 0.10  # IQR above 10% of the median: say so next to the number
 
@@ -374,22 +375,6 @@ class Comparison:
         text = (f"{self.candidate}: {self.ratio:.2f}x {self.baseline} ({low:.2f}-{high:.2f} over "
                 f"{len(self.ratios)} rounds): {self.verdict}")
         return text + (f" ({self.busy})" if self.busy else "")
-
-
-def using_threads(n: int) -> Callable[[], Any]:
-    """A context manager factory for :func:`compare_rounds`: torch's intra-op thread count set
-    to ``n`` while an arm's block runs, restored after."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def threads():
-        old = torch.get_num_threads()
-        torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(old)
-    return threads
 
 
 def _block(fn: Callable[[], Any], calls: int, device: torch.device, clock: Callable[[], float],

@@ -271,17 +271,27 @@ def prepare(setup: Setup) -> Prepared:
     return Prepared(model, step_model, optimizer, scaler, settings(setup), setup.threads)
 
 
+def using_threads(n: int) -> Callable[[], Any]:
+    """A context manager factory: torch's intra-op thread count set to ``n``, restored after
+    (for a Setup's settings, and for the arms of ``bench.compare_rounds``)."""
+    @contextmanager
+    def threads() -> Iterator[None]:
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(old)
+    return threads
+
+
 def settings(setup: Setup) -> Callable[[], Any]:
     """A context manager factory: the setup's thread count and global flags, restored after."""
     @contextmanager
     def active() -> Iterator[None]:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(setup.threads)
-        try:
-            with ExitStack() as stack:
-                for setting in setup.settings:
-                    stack.enter_context(setting())
-                yield
-        finally:
-            torch.set_num_threads(threads)
+        with ExitStack() as stack:
+            stack.enter_context(using_threads(setup.threads)())
+            for setting in setup.settings:
+                stack.enter_context(setting())
+            yield
     return active

@@ -423,9 +423,9 @@ def _fill(trial: Trial, found: bench.Comparison, baseline: bool = False) -> None
 def _in_hardware_terms(knob: Knob, setup: Setup) -> str:
     """A knob's meaning on this machine, for its reason: '(2 threads -> 1 on this 2-core ...)'."""
     if knob.name == "threads":
-        import os
+        from .cpu import affinity_count
 
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        cores = affinity_count()
         return f" ({setup.threads} threads -> {max(1, setup.threads // 2)} on this {cores}-CPU machine)"
     if knob.name == "autocast" and setup.device.type == "cpu":
         from . import hardware

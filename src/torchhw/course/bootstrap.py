@@ -144,12 +144,17 @@ def _pip(venv: Path, *args: str) -> None:
                          f"3.11 on Linux; an Intel Mac has no torch after 2.2)")
 
 
+def installed_versions(python: Path) -> dict[str, str]:
+    """Distribution name (lower case, '-' for '_') -> version, in the environment of ``python``."""
+    code = ("import importlib.metadata as m, json\n"
+            "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
+            "for d in m.distributions()}))")
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 def _installed(venv: Path, name: str) -> str | None:
-    code = ("import importlib.metadata as m, sys\n"
-            "try: print(m.version(sys.argv[1]))\n"
-            "except m.PackageNotFoundError: pass")
-    out = subprocess.run([str(_python(venv)), "-c", code, name], capture_output=True, text=True)
-    return out.stdout.strip() or None
+    return installed_versions(_python(venv)).get(name.lower().replace("_", "-"))
 
 
 def _venv_python_version(venv: Path) -> tuple[int, int] | None:
@@ -179,10 +184,7 @@ def _create(venv: Path) -> None:
 
 
 def _cuda_packages(venv: Path) -> list[str]:
-    code = ("import importlib.metadata as m\n"
-            "print('\\n'.join(sorted({d.metadata['Name'] for d in m.distributions()})))")
-    out = subprocess.run([str(_python(venv)), "-c", code], capture_output=True, text=True)
-    return [n for n in out.stdout.split() if n.lower().startswith(("nvidia-", "triton"))]
+    return sorted(n for n in installed_versions(_python(venv)) if n.startswith(("nvidia-", "triton")))
 
 
 def bootstrap(venv: Path, extras: str = "dev", torch: str | None = None,

@@ -99,11 +99,9 @@ def package_copy(root: Path, into: Path) -> Path:
 
 def frozen(python: Path) -> dict[str, str]:
     """Installed distribution -> version, in the environment of ``python``."""
-    code = ("import importlib.metadata as m, json\n"
-            "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
-            "for d in m.distributions()}))")
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    from .bootstrap import installed_versions
+
+    return installed_versions(python)
 
 
 def changes(before: dict[str, str], after: dict[str, str]) -> tuple[list[str], list[str]]:
