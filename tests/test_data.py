@@ -41,3 +41,22 @@ def test_split_rejects_bad_fraction():
     ds = data.classification(10)
     with pytest.raises(ValueError, match="between 0 and 1"):
         data.split(ds, 1.5)
+
+
+def test_larger_digits_keep_validation_images_out_of_training():
+    plain_train, plain_val = data.digits(seed=0)
+    train, val = data.digits(seed=0, size=16, copies=3)
+    assert train.tensors[0].shape == (3 * len(plain_train), 1, 16, 16) and len(val) == len(plain_val)
+    assert torch.equal(train.tensors[1], plain_train.tensors[1].repeat(3))
+    first, shifted = train.tensors[0][:len(plain_train)], train.tensors[0][len(plain_train):]
+    assert 0 <= shifted.min() and shifted.max() <= 1 and not torch.equal(shifted[:len(first)], first)
+    # the copies are of training images only: every validation image is far from all of them
+    flat_val, flat_train = val.tensors[0].flatten(1), first.flatten(1)
+    assert torch.cdist(flat_val, flat_train).min() > 0
+    again, _ = data.digits(seed=0, size=16, copies=3)
+    assert torch.equal(train.tensors[0], again.tensors[0])
+    import pytest
+    with pytest.raises(ValueError, match="divisible by 4"):
+        data.digits(size=10)
+    with pytest.raises(ValueError, match="copies"):
+        data.digits(copies=0)

@@ -84,3 +84,14 @@ def test_a_model_on_another_device_is_refused_through_meta():
     loader = torch.utils.data.DataLoader(data.classification(16, features=4, classes=2), batch_size=8)
     with pytest.raises(train.DeviceMismatch, match="model is on meta.*model.to\\('cpu'\\)"):
         train.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, epochs=1, device="cpu")
+
+
+def test_timings_split_the_run_into_its_parts(tmp_path, monkeypatch):
+    ticks = iter(range(10**6))  # a clock that moves one second per reading: no wall-clock assert
+    monkeypatch.setattr(train.time, "perf_counter", lambda: float(next(ticks)))
+    timings = {}
+    _, history = run(tmp_path, epochs=2, timings=timings)
+    assert set(timings) == {"data", "step", "validation", "checkpoint"}
+    # one reading pair per block: 5 batches an epoch, one validation and one file each epoch
+    assert timings == {"data": 10.0, "step": 10.0, "validation": 2.0, "checkpoint": 2.0}
+    assert len(history.losses) == 10

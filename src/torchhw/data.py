@@ -72,21 +72,57 @@ def bars(n: int = 512, size: int = 8, noise: float = 0.3, seed: int = 0) -> Tens
     return TensorDataset(images, y)
 
 
-def digits(val_fraction: float = 0.2, seed: int = 0, flatten: bool = False) -> tuple[TensorDataset, TensorDataset]:
+def digits(val_fraction: float = 0.2, seed: int = 0, flatten: bool = False, size: int = 8,
+           copies: int = 1) -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's handwritten digits, scaled to [0, 1], split into (train, validation).
 
-    Images are (N, 1, 8, 8) float32, or (N, 64) with ``flatten=True``; labels int64 0..9.
-    The data ships inside scikit-learn: no network needed.
+    Images are (N, 1, size, size) float32, or (N, size * size) with ``flatten=True``; labels
+    int64 0..9. The data ships inside scikit-learn: no network needed.
+
+    ``size`` above 8 enlarges every image (bilinear), and ``copies`` above 1 makes the training
+    set that many times larger: each training image once as it is and ``copies - 1`` times
+    shifted by up to ``size // 8`` pixels in each direction, with a little noise, all drawn from
+    ``seed``. The split comes first, so no shifted copy of a validation image is trained on.
+    The capstone (notebook 10) trains on ``digits(size=16, copies=4)``.
     """
+    if size < 8 or size % 4:
+        raise ValueError(f"size must be 8 or more and divisible by 4 (the CNN pools twice), got {size}")
+    if copies < 1:
+        raise ValueError(f"copies must be 1 or more, got {copies}")
     try:
         from sklearn.datasets import load_digits
     except ImportError:
         raise ImportError("digits() needs scikit-learn: pip install scikit-learn") from None
     raw = load_digits()
-    X = torch.tensor(raw.images, dtype=torch.float32) / 16.0
-    X = X.reshape(len(X), 64) if flatten else X.unsqueeze(1)
+    X = torch.tensor(raw.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    if size != 8:
+        X = torch.nn.functional.interpolate(X, size=size, mode="bilinear", align_corners=False)
     y = torch.tensor(raw.target, dtype=torch.int64)
-    return split(TensorDataset(X, y), val_fraction, seed)
+    train, val = split(TensorDataset(X, y), val_fraction, seed)
+    if copies > 1:
+        train = TensorDataset(*_shifted_copies(*train.tensors, copies, size // 8, seed))
+    if flatten:
+        train, val = (TensorDataset(d.tensors[0].flatten(1), d.tensors[1]) for d in (train, val))
+    return train, val
+
+
+def _shifted_copies(X: torch.Tensor, y: torch.Tensor, copies: int, shift: int,
+                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``X`` once as it is, then ``copies - 1`` times moved by whole pixels (zeros come in at
+    the edges) with Gaussian noise of 0.05, clamped to [0, 1]."""
+    g = _generator(seed + 1)
+    size = X.shape[-1]
+    padded = torch.nn.functional.pad(X, (shift,) * 4)
+    out = [X]
+    for _ in range(copies - 1):
+        dy, dx = (torch.randint(0, 2 * shift + 1, (len(X),), generator=g) for _ in range(2))
+        moved = torch.empty_like(X)
+        for oy in range(2 * shift + 1):  # one slice per offset, not one per image
+            for ox in range(2 * shift + 1):
+                pick = (dy == oy) & (dx == ox)
+                moved[pick] = padded[pick, :, oy:oy + size, ox:ox + size]
+        out.append((moved + 0.05 * torch.randn(moved.shape, generator=g)).clamp_(0, 1))
+    return torch.cat(out), y.repeat(copies)
 
 
 def loaders(train: Dataset, val: Dataset, batch_size: int = 64, seed: int = 0,

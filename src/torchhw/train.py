@@ -18,6 +18,7 @@ skipped).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -117,13 +118,31 @@ def _loader_generator(loader: DataLoader) -> torch.Generator | None:
     return None
 
 
+class _Clock:
+    """``with clock("step"):`` adds the block's seconds to ``timings["step"]`` (if any)."""
+
+    def __init__(self, timings: dict[str, float] | None) -> None:
+        self.timings, self.part, self.start = timings, "", 0.0
+
+    def __call__(self, part: str) -> "_Clock":
+        self.part = part
+        return self
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.timings is not None:
+            self.timings[self.part] = self.timings.get(self.part, 0.0) + time.perf_counter() - self.start
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLoader,
         val_loader: DataLoader | None = None, *, epochs: int, loss_fn: LossFn | None = None,
         device: torch.device | str | None = None, scheduler: Any = None,
         scheduler_every: str = "epoch", clip_grad_norm: float | None = None,
         checkpoint: str | os.PathLike[str] | None = None, checkpoint_every: int = 0,
         resume: bool = False, stop_at_step: int | None = None, verbose: bool = False,
-        scaler: Any = None) -> History:
+        scaler: Any = None, timings: dict[str, float] | None = None) -> History:
     """Train for ``epochs``; return the :class:`History`.
 
     - ``scheduler_every``: 'epoch' or 'step', when ``scheduler.step()`` is called.
@@ -133,7 +152,12 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
     - ``stop_at_step``: stop after that global step (to simulate an interruption).
     - ``scaler``: a ``torch.amp.GradScaler`` for fp16 training; its state is checkpointed
       with the rest, so a resumed run scales exactly as the uninterrupted one.
+    - ``timings``: a dict to which the seconds spent in each part of the run are added, under
+      ``data`` (the loader making batches), ``step`` (:func:`train_step`: forward, backward,
+      optimizer), ``validation`` and ``checkpoint`` (writing the file). A step ends with the
+      loss's ``.item()``, which waits for the device, so each part holds its own work.
     """
+    clock = _Clock(timings)
     loss_fn = loss_fn or nn.functional.cross_entropy
     device = torch.device(device) if device is not None else model_device(model)
     here = model_device(model)
@@ -168,7 +192,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
                 extra["loader_epoch_start"] = epoch_start_state
             if scaler is not None:
                 extra["scaler"] = scaler.state_dict()
-            ckpt.save(checkpoint, model, optimizer, scheduler, step, **extra)
+            with clock("checkpoint"):
+                ckpt.save(checkpoint, model, optimizer, scheduler, step, **extra)
 
     model.train()
     for epoch in range(step // per_epoch, epochs):
@@ -178,11 +203,15 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
                 gen.set_state(epoch_start_state)
             epoch_start_state = gen.get_state()
         stop = False
-        for i, batch in enumerate(train_loader):
+        batches = iter(train_loader)
+        for i in range(per_epoch):
+            with clock("data"):
+                batch = next(batches)
             if i < skip:
                 continue
-            loss, norm = train_step(model, batch, loss_fn, optimizer, device, clip_grad_norm,
-                                    scaler)
+            with clock("step"):
+                loss, norm = train_step(model, batch, loss_fn, optimizer, device, clip_grad_norm,
+                                        scaler)
             step += 1
             history.losses.append(loss)
             history.grad_norms.append(norm)
@@ -202,7 +231,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLo
         record = {"epoch": epoch + 1, "step": step, "train_loss": sum(losses) / len(losses),
                   "lr": optimizer.param_groups[0]["lr"], "grad_norm": sum(norms) / len(norms)}
         if val_loader is not None:
-            record["val_loss"], record["val_acc"] = evaluate(model, val_loader, loss_fn, device)
+            with clock("validation"):
+                record["val_loss"], record["val_acc"] = evaluate(model, val_loader, loss_fn, device)
         history.epochs.append(record)
         epoch_start_state = gen.get_state() if gen is not None else None  # the next epoch's
         history.stopped_early = stop and epoch + 1 < epochs
