@@ -140,3 +140,26 @@ def test_no_round_starts_after_the_deadline():
     out = bench.compare_rounds(m.job(1e-3), {"b": m.job(1e-3)}, device="cpu", clock=m.clock,
                                pressure=None, round_time=1e-3, deadline=-1.0)["b"]
     assert out.ratios == [] and out.verdict == "too few rounds"
+
+
+def test_work_per_call_turns_times_into_rates():
+    m = Machine(3)
+    # twice the batch in 1.6x the time: 1.25x the examples per second
+    c = run(m, m.job(1e-3, noise=0.02), m.job(1.6e-3, noise=0.02), work={"candidate": 2})
+    assert c.verdict == "faster" and c.ratio == pytest.approx(1.25, rel=0.03)
+
+
+def test_fixed_calls_skip_the_warm_up_so_each_call_is_one_piece_of_a_job():
+    m = Machine(4)
+    done = {"baseline": 0, "candidate": 0}
+
+    def epoch(name, seconds):
+        def run_epoch():
+            done[name] += 1
+            m.now += seconds
+        return run_epoch
+
+    c = bench.compare_rounds(epoch("baseline", 2.0), {"candidate": epoch("candidate", 1.0)},
+                             device="cpu", rounds=3, calls=1, clock=m.clock, pressure=m.pressure)
+    assert done == {"baseline": 3, "candidate": 3}  # three epochs each, none spent warming up
+    assert c["candidate"].ratios == [2.0, 2.0, 2.0]

@@ -196,3 +196,34 @@ def test_channels_last_needs_a_2d_convolution():
                        lambda p: torch.optim.SGD(p, lr=0.1))
     knob = next(k for k in tune.default_knobs() if k.name == "channels_last")
     assert knob.check(setup) == "the model has no 2-D convolution"
+
+
+def test_a_larger_batch_is_judged_by_examples_per_second(monkeypatch):
+    """Twice the batch in 1.6x the time per step is 1.25x the examples per second: the batch
+    knob wins by that, not by its slower step; twice the batch in 2.2x the time loses."""
+    from torchhw import bench, knobs
+
+    real = bench.compare_rounds
+    seen_batches = []
+
+    for per_step, verdict in ((1.6, "faster"), (2.2, "slower")):
+        def fake(base, candidates, **kw):
+            out = real(base, candidates, **kw)
+            for c in out.values():
+                c.cand_times = [t * per_step for t in c.base_times]
+                c.busy = ""
+            return out
+
+        monkeypatch.setattr(bench, "compare_rounds", fake)
+        double = next(k for k in knobs.default_knobs() if k.name == "batch_size")
+        result = run([double], budget_s=20)
+        trial = next(t for t in result.trials if t.name == "batch_size=double")
+        assert trial.verdict == verdict and trial.speedup == pytest.approx(2 / per_step)
+        assert "examples per second" in result.reasons["batch_size=double"]
+        seen_batches.append(result.recommended)
+    assert seen_batches == [{"batch_size": "double"}, {}]
+    ready = knobs.prepare(knobs.configure(tiny()[0], {"batch_size": "double"}, threads=1))
+    assert ready.batch_size(64) == 128 and "2x the batch" in ready.describe()
+    setup = knobs.configure(tiny()[0], {}, threads=1, batch=tiny()[1])
+    double.apply(setup)
+    assert len(setup.batch[0]) == 16 and setup.batch_factor == 2

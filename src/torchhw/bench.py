@@ -325,6 +325,9 @@ class Comparison:
     ``ratios`` holds one baseline/candidate time ratio per round (above 1: the candidate is
     faster); ``low``-``high`` is their interquartile range (all of them with fewer than four
     rounds). ``busy`` says why the machine was too busy for a verdict, or is empty.
+    ``base_work`` and ``cand_work`` are the work one call of each arm does (examples, for
+    instance): an arm that trains twice the batch per call has twice the work, and the ratio
+    is then of time per unit of work (examples per second).
     """
 
     baseline: str
@@ -332,10 +335,13 @@ class Comparison:
     base_times: list[float]  # seconds per call, one per round
     cand_times: list[float]
     busy: str = ""
+    base_work: float = 1.0
+    cand_work: float = 1.0
 
     @property
     def ratios(self) -> list[float]:
-        return [b / c for b, c in zip(self.base_times, self.cand_times)]
+        return [(b / self.base_work) / (c / self.cand_work)
+                for b, c in zip(self.base_times, self.cand_times)]
 
     @property
     def ratio(self) -> float:
@@ -395,6 +401,7 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
                    device: torch.device | str, rounds: int = 7, round_time: float = 0.05,
                    contexts: dict[str, Callable[[], Any]] | None = None,
                    baseline_name: str = "baseline", deadline: float | None = None,
+                   calls: int | None = None, work: dict[str, float] | None = None,
                    clock: Callable[[], float] = timeit.default_timer,
                    pressure: Callable[[], float | None] | None = cpu_pressure
                    ) -> dict[str, Comparison]:
@@ -411,15 +418,24 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     of waiting so far, :func:`cpu_pressure` by default). Where the system reports no pressure,
     an arm whose rounds spread beyond ``BUSY_SPREAD`` counts as busy instead: a cruder sign,
     since a short round on a quiet machine can spread that far from one slow call.
+
+    ``calls`` fixes the calls per block and skips the warm-up: for arms whose every call is
+    a piece of one long job (an epoch of a training run), where an extra call would change
+    what is measured. ``work`` maps an arm to the work of one call, relative to the others
+    (see :class:`Comparison`); 1 where not given.
     """
     device = torch.device(device)
     contexts = contexts or {}
+    work = work or {}
     arms = {baseline_name: baseline, **candidates}
-    calls = {}
+    per_block: dict[str, int] = {}
     for name, fn in arms.items():  # warm-up: first calls, then how many calls fill a block
+        if calls is not None:
+            per_block[name] = calls
+            continue
         per_call = _block(fn, 1, device, clock, contexts.get(name))
         per_call = _block(fn, 1, device, clock, contexts.get(name)) or per_call
-        calls[name] = max(1, int(round_time / max(per_call, 1e-9)))
+        per_block[name] = max(1, int(round_time / max(per_call, 1e-9)))
     times: dict[str, list[float]] = {name: [] for name in arms}
     busy, worst = "", 0.0
     pressure_missing = pressure is None or pressure() is None
@@ -429,7 +445,8 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
         waited, start = (pressure() if pressure else None), clock()
         order = list(arms) if r % 2 == 0 else list(arms)[::-1]
         for name in order:
-            times[name].append(_block(arms[name], calls[name], device, clock, contexts.get(name)))
+            times[name].append(_block(arms[name], per_block[name], device, clock,
+                                      contexts.get(name)))
         wall = clock() - start
         if waited is not None and wall > 0:  # each round alone: a short burst is not averaged away
             share = (pressure() - waited) / wall
@@ -443,4 +460,5 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
             busy = (f"the rounds of {name} ranged {min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g} ms, "
                     f"more than {BUSY_SPREAD}x apart")
     return {name: Comparison(baseline_name, name, times[baseline_name][:len(times[name])],
-                             times[name], busy) for name in candidates}
+                             times[name], busy, work.get(baseline_name, 1.0), work.get(name, 1.0))
+            for name in candidates}

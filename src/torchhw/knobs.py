@@ -3,7 +3,7 @@
 A :class:`Knob` has a name, a check that says why it cannot apply on this machine (or None),
 and an ``apply`` that changes one trial's :class:`Setup`: the model's memory format, an
 autocast dtype, a GradScaler, a global flag (restored after the trial), the thread count,
-``torch.compile`` or the optimizer's implementation. :func:`default_knobs` is the list
+the batch size, ``torch.compile`` or the optimizer's implementation. :func:`default_knobs` is the list
 :func:`torchhw.tune.tune` tries, in the order it tries them. Notebook 09 measures each of them
 by hand first.
 
@@ -40,6 +40,7 @@ class Setup:
     settings: list[Callable[[], Any]] = field(default_factory=list)  # context managers
     optimizer_options: dict[str, Any] = field(default_factory=dict)  # set on every param group
     channels_last: bool = False  # the model's weights, and so its inputs, in NHWC
+    batch_factor: int = 1  # examples per step, as a multiple of the batch asked for
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,12 @@ def _foreach_check(setup: Setup) -> str | None:
     return None
 
 
+def _double_batch(setup: Setup) -> None:
+    setup.batch_factor *= 2
+    # the tuner's batch twice over: the same arithmetic as twice as many distinct examples
+    setup.batch = tuple(torch.cat([t, t]) for t in setup.batch)  # type: ignore[assignment]
+
+
 def _compile_check(opted_in: bool) -> Callable[[Setup], str | None]:
     def check(setup: Setup) -> str | None:
         if not opted_in:
@@ -175,6 +182,9 @@ def default_knobs(compile: bool = False) -> list[Knob]:
              lambda s: s.settings.append(_set_flag(torch.backends.cudnn, "benchmark", True))),
         Knob("threads", "half", "half the CPU threads (small work loses to thread overhead)",
              _fewer_threads, _halve_threads),
+        Knob("batch_size", "double", "twice the examples per step: the per-step costs (Python, "
+             "kernel launches, the optimizer) shared by more examples; fewer steps per epoch, so "
+             "the learning rate may need retuning", lambda s: None, _double_batch),
         Knob("compile", True, "torch.compile fuses element-wise ops into fewer kernels",
              _compile_check(compile), _compile),
         Knob("optimizer", "foreach", "the optimizer's multi-tensor (foreach) implementation: on a "
@@ -241,6 +251,11 @@ class Prepared:
     scaler: Any  # a torch.amp.GradScaler for fp16, else None
     settings: Callable[[], Any]  # a context manager factory: threads and global flags
     threads: int  # torch's intra-op threads while training
+    batch_factor: int = 1  # train on batch_size(asked) examples per step
+
+    def batch_size(self, asked: int) -> int:
+        """The examples per step to train with, for a run that asked for ``asked``."""
+        return asked * self.batch_factor
 
     def describe(self) -> str:
         """One line: what this configuration changes in training."""
@@ -251,6 +266,8 @@ class Prepared:
             parts.append(f"autocast {str(self.model.autocast).replace('torch.', '')}")
         if self.scaler is not None:
             parts.append("GradScaler")
+        if self.batch_factor != 1:
+            parts.append(f"{self.batch_factor}x the batch")
         if self.step_model is not self.model:
             parts.append("torch.compile")
         options = {k: v for g in self.optimizer.param_groups for k, v in g.items()
@@ -268,7 +285,8 @@ def prepare(setup: Setup) -> Prepared:
     for group in optimizer.param_groups:  # the optimizer knob: its implementation
         group.update(setup.optimizer_options)
     scaler = torch.amp.GradScaler(setup.device.type) if setup.scaler else None
-    return Prepared(model, step_model, optimizer, scaler, settings(setup), setup.threads)
+    return Prepared(model, step_model, optimizer, scaler, settings(setup), setup.threads,
+                    setup.batch_factor)
 
 
 def using_threads(n: int) -> Callable[[], Any]:

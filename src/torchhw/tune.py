@@ -114,7 +114,7 @@ class TuneResult:
         rows = self.rows()
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
-        lines.append("(each speed-up is against the baseline timed in that trial's own rounds)")
+        lines.append("(each speed-up is in examples per second, against the baseline timed in that trial's own rounds)")
         lines.append(f"recommended: {self.recommended_trial} ({self.gain:.2f}x the baseline), "
                      f"{self.spent_s:.1f} s of a {self.budget_s:g} s budget")
         if self.confirmation:
@@ -130,7 +130,7 @@ class TuneResult:
         rows = self.rows()
         lines = ["| " + " | ".join(rows[0]) + " |", "|---|---|--:|--:|--:|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        lines += ["", "Each speed-up is against the baseline timed in that trial's own rounds "
+        lines += ["", "Each speed-up is in examples per second, against the baseline timed in that trial's own rounds "
                       "(the baseline row's median step is from the first trial's).",
                   "", f"**recommended:** {self.recommended_trial} ({self.gain:.2f}x the "
                       f"baseline, {self.spent_s:.1f} s of a {self.budget_s:g} s budget)", ""]
@@ -290,9 +290,11 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             step = _step(setup, deadline)
             context = step.settings
             trial.first_step_s = _first_step(setup, step, context)
+            # a trial with a larger batch does more work per step: compared per example
             found = bench.compare_rounds(base_step, {name: step}, device=device, rounds=ROUNDS,
                                          round_time=round_time, deadline=soft,
-                                         contexts={"baseline": base_context, name: context})
+                                         contexts={"baseline": base_context, name: context},
+                                         work={name: setup.batch_factor})
         except TrialStopped:
             trial.status = "timed out"
             trial.reason = f"still running after {deadline[0] - start:.1f} s of the budget; stopped"
@@ -308,7 +310,7 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         _fill(trial, found[name])
         if base.median_s is None:
             _fill(base, found[name], baseline=True)
-        steps[name] = (step, context, deadline)
+        steps[name] = (step, context, deadline, setup.batch_factor)
 
     chosen = choose(trials)
     confirmation, unconfirmed, gain, dropped = "", None, 1.0, {}
@@ -382,14 +384,16 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
         final = bench.compare_rounds(
             base_step, {name: steps[name][0] for name in arms}, device=device, rounds=2 * ROUNDS,
             round_time=round_time, deadline=end,
-            contexts={"baseline": base_context, **{name: steps[name][1] for name in arms}})
+            contexts={"baseline": base_context, **{name: steps[name][1] for name in arms}},
+            work={name: steps[name][3] for name in arms})
     except TrialStopped:
         return None, "stopped at the end of the budget; not confirmed: the baseline is " \
                      "recommended", 1.0, chosen, {}
     dropped = {}
     for knob, rest in subsets.items():
         needed = bench.Comparison(rest, chosen.name, final[rest].cand_times,
-                                  final[chosen.name].cand_times, final[chosen.name].busy)
+                                  final[chosen.name].cand_times, final[chosen.name].busy,
+                                  steps[rest][3], steps[chosen.name][3])
         if needed.verdict != "faster":
             dropped[knob] = (f"{chosen.name} was {needed.ratio:.2f}x {rest} without it "
                              f"({needed.verdict})")
@@ -427,6 +431,11 @@ def _in_hardware_terms(knob: Knob, setup: Setup) -> str:
 
         cores = affinity_count()
         return f" ({setup.threads} threads -> {max(1, setup.threads // 2)} on this {cores}-CPU machine)"
+    if knob.name == "batch_size":
+        b = len(setup.batch[0])
+        return (f" (batch {b} -> {2 * b}; its speed-up is in examples per second, and half the "
+                f"steps per epoch at the same learning rate can learn less per epoch: judge it "
+                f"by time to accuracy)")
     if knob.name == "autocast" and setup.device.type == "cpu":
         from . import hardware
 
