@@ -79,3 +79,21 @@ def test_the_device_is_passed_never_guessed():
     # tensors on another device than the one named (meta stands in for a GPU here)
     with pytest.raises(ValueError, match="tensors are on"):
         bench.measure(torch.neg, torch.ones(4, device="meta"), label="neg", device="cpu")
+
+
+def test_cost_counts_flops_and_the_bytes_each_operation_moves():
+    a, b = torch.randn(64, 32), torch.randn(64, 48)
+    c = bench.cost(lambda: a.t() @ b)  # the transpose is a view: it moves nothing
+    assert c.flops == 2 * 32 * 64 * 48
+    assert c.bytes == 4 * (64 * 32 + 64 * 48 + 32 * 48)
+    assert c.intensity == c.flops / c.bytes
+    assert c.bound(peak_gflops=100.0, bandwidth_gbps=1.0) == pytest.approx(c.intensity)
+    assert c.bound(peak_gflops=1.0, bandwidth_gbps=1000.0) == 1.0
+    chain = bench.cost(lambda: (a * 2).relu())  # element-wise: bytes but no counted FLOPs
+    assert chain.flops == 0 and chain.bytes == 4 * 4 * a.numel()
+
+
+def test_beyond_cache_sizes_a_buffer_past_the_last_level_cache():
+    assert bench.beyond_cache({"L1d": 48 * 2**10, "L2": 2**21, "L3": 32 * 2**20}) == 128 * 2**20
+    assert bench.beyond_cache({}) == 64 * 2**20  # nothing reported: the floor
+    assert bench.beyond_cache({"L3": 2**30}) == 2**30  # a huge cache: capped, memory is finite

@@ -37,3 +37,10 @@ def test_roofline_and_graph_plots_draw():
     labels = [t.get_text() for t in ax.texts]
     assert "SinBackward0" in labels and "leaf: a" in labels
     plt.close("all")
+
+
+def test_over_roof_names_points_above_their_roof():
+    # peak 100 GFLOP/s, 10 GB/s: the ridge is at 10 FLOP/byte
+    points = [("under", 1.0, 9.0), ("on the slope, in cache", 0.5, 12.0), ("above peak", 50.0, 130.0),
+              ("within tolerance", 50.0, 105.0)]
+    assert plots.over_roof(points, 100.0, 10.0) == [("on the slope, in cache", 2.4), ("above peak", 1.3)]

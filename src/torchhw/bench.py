@@ -291,6 +291,17 @@ def bandwidth(nbytes: int, device: torch.device | str, threads: int | None = Non
     ]
 
 
+def beyond_cache(caches: dict[str, int] | None = None, *, floor: int = 64 * 2**20,
+                 cap: int = 2**30) -> int:
+    """Bytes for a buffer that main memory, not a cache, must serve: four times the largest
+    cache in ``caches`` (a CPU's ``{"L3": bytes, ...}``), at least ``floor`` (which is also what
+    a machine that reports no cache gets) and at most ``cap``. A working set smaller than the
+    last-level cache is fed at the cache's bandwidth, and a roofline drawn with main memory's
+    slope then has points above it."""
+    largest = max((caches or {}).values(), default=0)
+    return int(min(cap, max(floor, 4 * largest)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparing two ways of doing the same work: the course's one method for a ratio.
 
@@ -462,3 +473,49 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     return {name: Comparison(baseline_name, name, times[baseline_name][:len(times[name])],
                              times[name], busy, work.get(baseline_name, 1.0), work.get(name, 1.0))
             for name in candidates}
+
+
+@dataclass
+class Cost:
+    """What one call of a function asks of the hardware: its FLOPs, and the bytes its
+    operations read and write if nothing stays in cache between them."""
+
+    flops: float
+    bytes: float
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte: where the call sits on a roofline (a lower bound, since a cache
+        that keeps a tensor between two operations saves its bytes)."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+    def bound(self, peak_gflops: float, bandwidth_gbps: float) -> float:
+        """The roofline's bound for this call, in GFLOP/s: min(peak, intensity x bandwidth)."""
+        return min(peak_gflops, self.intensity * bandwidth_gbps)
+
+
+def cost(fn: Callable[[], Any]) -> Cost:
+    """Count one call of ``fn`` (a training step, say): FLOPs with torch's FlopCounterMode
+    (matmuls and convolutions, forward and backward; element-wise work is not counted), and
+    bytes as the sum, over every operation that computes something (views excluded), of its
+    tensor inputs and outputs. The call runs once, for real."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Bytes(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                seen = set()
+                for t in tree_leaves((args, kwargs, out)):
+                    if isinstance(t, torch.Tensor) and id(t) not in seen:
+                        seen.add(id(t))
+                        Bytes.total += t.numel() * t.element_size()
+            return out
+
+    with FlopCounterMode(display=False) as flops, Bytes():
+        fn()
+    return Cost(float(flops.get_total_flops()), float(Bytes.total))

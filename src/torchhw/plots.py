@@ -43,6 +43,19 @@ def attainable(intensity: np.ndarray | float, peak_gflops: float,
     return np.minimum(peak_gflops, np.asarray(intensity, dtype=float) * bandwidth_gbps)
 
 
+def over_roof(points: Iterable[tuple[str, float, float]], peak_gflops: float,
+              bandwidth_gbps: float, tolerance: float = 0.1) -> list[tuple[str, float]]:
+    """The points more than ``tolerance`` above their roof, as (name, rate / roof): a point
+    there means the roof was the wrong model for it (a working set that stayed in a cache, a
+    core boosting above the clock the peak assumed), and the cell that draws it should say so."""
+    out = []
+    for name, x, y in points:
+        ceiling = float(attainable(x, peak_gflops, bandwidth_gbps))
+        if y > (1 + tolerance) * ceiling:
+            out.append((name, y / ceiling))
+    return out
+
+
 def roofline(peak_gflops: float, bandwidth_gbps: float,
              points: Iterable[tuple[str, float, float]] = (), *, peak_label: str = "peak",
              extra_roofs: Sequence[tuple[str, float]] = (), title: str = "",
