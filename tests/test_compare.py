@@ -163,3 +163,30 @@ def test_fixed_calls_skip_the_warm_up_so_each_call_is_one_piece_of_a_job():
                              device="cpu", rounds=3, calls=1, clock=m.clock, pressure=m.pressure)
     assert done == {"baseline": 3, "candidate": 3}  # three epochs each, none spent warming up
     assert c["candidate"].ratios == [2.0, 2.0, 2.0]
+
+
+def test_an_arm_that_oversubscribes_on_purpose_is_not_the_machine_being_busy():
+    m = Machine(5)
+
+    def crowded():  # more threads than cores: its own threads wait for a CPU
+        m.now += 1e-3
+        m.waited += 1e-3
+
+    flagged = run(m, m.job(1.2e-3), crowded)
+    assert flagged.verdict == "machine busy"
+    own = run(m, m.job(1.2e-3), crowded, own_load=["candidate"], settle=0)
+    assert own.verdict == "faster" and not own.busy
+    m.burst = (m.calls, m.calls + 10**6)  # and a real load from outside still shows
+    loaded = run(m, m.job(1.2e-3), crowded, own_load=["candidate"], settle=0)
+    assert loaded.verdict == "machine busy" and "waited" in loaded.busy
+
+
+def test_cpu_wait_reads_this_process_s_threads():
+    import sys
+
+    waited = bench.cpu_wait()
+    if not sys.platform.startswith("linux"):
+        assert waited is None
+        return
+    assert waited is not None and waited >= 0
+    assert bench.cpu_wait() >= waited  # a running total

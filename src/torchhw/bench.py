@@ -18,6 +18,7 @@ statistics; this module adds what a course needs on top:
 
 from __future__ import annotations
 
+import time
 import timeit
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -306,7 +307,7 @@ def beyond_cache(caches: dict[str, int] | None = None, *, floor: int = 64 * 2**2
 # Comparing two ways of doing the same work: the course's one method for a ratio.
 
 THRESHOLD = 0.05  # the verdict rule: a ratio whose whole interval lies beyond 5% is a difference
-BUSY_SHARE = 0.25  # tasks waited for a CPU over a quarter of a round: the machine was busy
+BUSY_SHARE = 0.25  # threads waited for a CPU over a quarter of a round: the machine was busy
 MIN_ROUNDS = 3  # fewer rounds than this give no verdict
 BUSY_SPREAD = 1.5  # one arm's slowest round over 1.5x its fastest: something else got in
 PRESSURE = "/proc/pressure/cpu"  # Linux's pressure stall information (PSI)
@@ -327,6 +328,34 @@ def cpu_pressure() -> float | None:
         return int(some[4].split("=")[1]) / 1e6
     except (OSError, IndexError, ValueError):
         return None
+
+
+def cpu_wait() -> float | None:
+    """Seconds, so far, that this process's threads spent ready to run but waiting for a CPU
+    (Linux's scheduler statistics, ``/proc/self/task/*/schedstat``), or None where the system
+    does not report them (macOS, Windows).
+
+    This is the waiting that slows a measurement: a thread of the work, or of torch's thread
+    pool, that could run and did not. Another program on the cores, other tenants of a shared
+    host, or more threads than CPUs all show here; a program that waits on its own cores
+    while this one runs does not (unlike :func:`cpu_pressure`, which counts every task of the
+    system, the Jupyter server's included).
+    """
+    import os
+
+    total, seen = 0, False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+                seen = True
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9 if seen else None
 
 
 @dataclass
@@ -413,8 +442,9 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
                    contexts: dict[str, Callable[[], Any]] | None = None,
                    baseline_name: str = "baseline", deadline: float | None = None,
                    calls: int | None = None, work: dict[str, float] | None = None,
+                   own_load: Sequence[str] = (), settle: float = 0.05,
                    clock: Callable[[], float] = timeit.default_timer,
-                   pressure: Callable[[], float | None] | None = cpu_pressure
+                   pressure: Callable[[], float | None] | None = cpu_wait
                    ) -> dict[str, Comparison]:
     """Time the baseline and each candidate in alternating rounds; one :class:`Comparison` each.
 
@@ -424,16 +454,22 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     slow patch of the machine then slows both arms of a round, and the ratio of each round
     keeps its meaning. ``contexts`` maps an arm to a context manager factory entered around
     each of its blocks (a flag, :func:`using_threads`). No round starts after ``deadline`` (a
-    ``clock`` value): with fewer than MIN_ROUNDS done there is no verdict. The machine counts as busy, and no verdict is given,
-    when tasks waited for a CPU for more than ``BUSY_SHARE`` of a round (``pressure``: seconds
-    of waiting so far, :func:`cpu_pressure` by default). Where the system reports no pressure,
-    an arm whose rounds spread beyond ``BUSY_SPREAD`` counts as busy instead: a cruder sign,
-    since a short round on a quiet machine can spread that far from one slow call.
+    ``clock`` value): with fewer than MIN_ROUNDS done there is no verdict. The machine counts
+    as busy, and no verdict is given, when this process's threads waited for a CPU for more
+    than ``BUSY_SHARE`` of a round (``pressure``: seconds of waiting so far, :func:`cpu_wait`
+    by default; :func:`cpu_pressure` reads the whole system instead). Where the system
+    reports no waiting, an arm whose rounds spread beyond ``BUSY_SPREAD`` counts as busy
+    instead: a cruder sign, since a short round on a quiet machine can spread that far from
+    one slow call.
 
     ``calls`` fixes the calls per block and skips the warm-up: for arms whose every call is
     a piece of one long job (an epoch of a training run), where an extra call would change
     what is measured. ``work`` maps an arm to the work of one call, relative to the others
-    (see :class:`Comparison`); 1 where not given.
+    (see :class:`Comparison`); 1 where not given. ``own_load`` names arms that run more
+    threads than there are CPUs on purpose (to measure what that costs): the waiting they
+    cause is their own, so the busy check reads only the other arms' blocks, and each of
+    their blocks is followed by ``settle`` seconds, untimed, in which their surplus threads
+    stop spinning before the next arm starts.
     """
     device = torch.device(device)
     contexts = contexts or {}
@@ -447,27 +483,35 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
         per_call = _block(fn, 1, device, clock, contexts.get(name))
         per_call = _block(fn, 1, device, clock, contexts.get(name)) or per_call
         per_block[name] = max(1, int(round_time / max(per_call, 1e-9)))
+        if name in own_load:
+            time.sleep(settle)
     times: dict[str, list[float]] = {name: [] for name in arms}
     busy, worst = "", 0.0
     pressure_missing = pressure is None or pressure() is None
     for r in range(rounds):
         if deadline is not None and clock() > deadline:
             break
-        waited, start = (pressure() if pressure else None), clock()
         order = list(arms) if r % 2 == 0 else list(arms)[::-1]
+        waited, wall = 0.0, 0.0
         for name in order:
+            before, start = (pressure() if pressure and not pressure_missing else None), clock()
             times[name].append(_block(arms[name], per_block[name], device, clock,
                                       contexts.get(name)))
-        wall = clock() - start
-        if waited is not None and wall > 0:  # each round alone: a short burst is not averaged away
-            share = (pressure() - waited) / wall
+            if name in own_load:  # its waiting is its own; let its surplus threads go idle
+                time.sleep(settle)  # (OpenMP's threads spin on after their work), untimed
+            elif before is not None:
+                waited += pressure() - before
+                wall += clock() - start
+        if not pressure_missing and wall > 0:  # each round alone: a short burst is not averaged away
+            share = waited / wall
             if share > max(BUSY_SHARE, worst):
                 worst = share
-                busy = (f"tasks waited for a CPU during {share:.0%} of round {r + 1}: the cores "
-                        f"are oversubscribed (another program, other tenants of a shared host "
-                        f"or container, or more threads than cores)")
+                busy = (f"this process's threads waited for a CPU for {share:.0%} of round "
+                        f"{r + 1}: the cores are oversubscribed (another program, other tenants "
+                        f"of a shared host or container, or more threads than cores)")
     for name, ts in times.items():  # where the system reports no pressure: the rounds' spread
-        if pressure_missing and len(ts) > 1 and max(ts) > BUSY_SPREAD * min(ts) and not busy:
+        spread = len(ts) > 1 and max(ts) > BUSY_SPREAD * min(ts)
+        if pressure_missing and name not in own_load and spread and not busy:
             busy = (f"the rounds of {name} ranged {min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g} ms, "
                     f"more than {BUSY_SPREAD}x apart")
     return {name: Comparison(baseline_name, name, times[baseline_name][:len(times[name])],
