@@ -151,11 +151,14 @@ def _double_batch(setup: Setup) -> None:
     setup.batch = tuple(torch.cat([t, t]) for t in setup.batch)  # type: ignore[assignment]
 
 
-def _compile_check(opted_in: bool) -> Callable[[Setup], str | None]:
+COMPILE_BUDGET_S = 30.0  # a first torch.compile of a training step can take this long on a CPU
+
+
+def _compile_check(opted_in: bool, why: str = "") -> Callable[[Setup], str | None]:
     def check(setup: Setup) -> str | None:
         if not opted_in:
-            return ("opt-in (tune(..., compile=True)): its first compile takes seconds to "
-                    "tens of seconds, more than a small budget")
+            return why or ("opt-in (tune(..., compile=True)): its first compile takes seconds to "
+                           "tens of seconds, more than a small budget")
         return None
     return check
 
@@ -164,8 +167,9 @@ def _compile(setup: Setup) -> None:
     setup.compile = True
 
 
-def default_knobs(compile: bool = False) -> list[Knob]:
-    """The course's knobs, in the order the tuner tries them."""
+def default_knobs(compile: bool = False, compile_why: str = "") -> list[Knob]:
+    """The course's knobs, in the order the tuner tries them. ``compile`` includes
+    torch.compile; ``compile_why`` is the reason given where it is left out."""
     bf16, fp16 = torch.bfloat16, torch.float16
     return [
         Knob("channels_last", True, "convolutions read NHWC memory (oneDNN, cuDNN prefer it)",
@@ -186,7 +190,7 @@ def default_knobs(compile: bool = False) -> list[Knob]:
              "kernel launches, the optimizer) shared by more examples; fewer steps per epoch, so "
              "the learning rate may need retuning", lambda s: None, _double_batch),
         Knob("compile", True, "torch.compile fuses element-wise ops into fewer kernels",
-             _compile_check(compile), _compile),
+             _compile_check(compile, compile_why), _compile),
         Knob("optimizer", "foreach", "the optimizer's multi-tensor (foreach) implementation: on a "
              "GPU a few large kernels instead of a loop over the parameters; on a CPU it only "
              "regroups the same loop", _foreach_check,

@@ -65,7 +65,7 @@ def _fp32_flops_per_cycle(cpu: CPUInfo) -> tuple[int | None, str]:
 # half-precision types: (AMX flag, AVX-512 flag, why there is no peak without either)
 _HALF = {
     torch.bfloat16: ("amx_bf16", "avx512_bf16",
-                     "no bf16 instructions: bf16 is converted to fp32 to compute"),
+                     "no bf16 instructions: bf16 products take a generic fallback kernel"),
     torch.float16: ("amx_fp16", "avx512_fp16", "no fp16 arithmetic instructions on this CPU"),
 }
 

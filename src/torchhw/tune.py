@@ -214,9 +214,23 @@ def choose(trials: Sequence[Trial]) -> Trial | None:
                key=lambda t: (len(t.knobs), -(t.speedup or 0)), default=None)
 
 
+def compile_choice(compile: bool | None, budget_s: float) -> tuple[bool, str]:
+    """Whether the tuner tries torch.compile, and the reason where it does not: the caller's
+    choice, else whether the budget leaves room for a first compile."""
+    from .knobs import COMPILE_BUDGET_S
+
+    if compile is not None:
+        return compile, "" if compile else "left out by the caller (compile=False)"
+    if budget_s >= COMPILE_BUDGET_S:
+        return True, ""
+    return False, (f"a first compile can take up to {COMPILE_BUDGET_S:g} s here, more than this "
+                   f"{budget_s:g} s budget allows: give budget_s >= {COMPILE_BUDGET_S:g}, or "
+                   f"compile=True")
+
+
 def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s: float = 10,
          trial_timeout_s: float | None = None, min_run_time: float = 0.2,
-         knobs: Sequence[Knob] | None = None, compile: bool = False,
+         knobs: Sequence[Knob] | None = None, compile: bool | None = None,
          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
          make_optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
          threads: int | None = None, record_as: str | None = "tune") -> TuneResult:
@@ -226,13 +240,15 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     Call it from the thread that will train (a notebook's main thread): that is where its
     trials run. ``trial_timeout_s`` defaults to half the budget (at least 2 s);
     ``min_run_time`` is the time each trial spends in each arm, over all its rounds.
-    ``knobs`` defaults to :func:`default_knobs` (``compile`` opts in to torch.compile). The
+    ``knobs`` defaults to :func:`default_knobs`; torch.compile is among them where the budget
+    leaves room for a first compile (``COMPILE_BUDGET_S``), or where ``compile`` says so (True
+    or False, whatever the budget). The
     result is recorded for the course report under ``record_as`` (None: not recorded).
     """
     start = time.perf_counter()
     device = next(model.parameters()).device
     threads = threads or torch.get_num_threads()
-    knobs = list(default_knobs(compile) if knobs is None else knobs)
+    knobs = list(default_knobs(*compile_choice(compile, budget_s)) if knobs is None else knobs)
     timeout = trial_timeout_s or max(2.0, budget_s / 2)
     loss_fn = loss_fn or nn.functional.cross_entropy
     make_optimizer = make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))

@@ -57,12 +57,29 @@ def _cnn() -> torch.nn.Module:
 def check_3(predicted_bytes: float | Callable[[], float]) -> str:
     if callable(predicted_bytes):  # a function that computes the prediction is fine too
         predicted_bytes = predicted_bytes()
-    measured = state_bytes(_cnn())
-    close(predicted_bytes, measured, f"your prediction against the {measured:,} bytes measured",
-          rel=0.15)
-    return (f"The measured file is {measured:,} bytes: within "
-            f"{abs(float(predicted_bytes) - measured) / measured:.0%} of your prediction. "
-            "Add the optimizer's state (momentum: one more copy) for a full checkpoint.")
+    model = _cnn()
+    tensors = {name: t.numel() * t.element_size() for name, t in model.state_dict().items()}
+    counted = sum(tensors.values())
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    counters = sum(n for name, n in tensors.items() if name.endswith("num_batches_tracked"))
+    if not isinstance(predicted_bytes, (int, float)) or isinstance(predicted_bytes, bool):
+        raise Wrong(f"predicted_bytes should be a number of bytes, got {type(predicted_bytes).__name__}")
+    missing = counted - predicted_bytes
+    if missing == counted - params:
+        raise Wrong(f"{predicted_bytes:,} bytes is the parameters alone: state_dict() also holds "
+                    f"the batch-norm buffers ({counted - params:,} bytes)")
+    if missing == counters:
+        raise Wrong(f"{predicted_bytes:,} bytes leaves out the int64 counters "
+                    f"(num_batches_tracked, 8 bytes each, {counters} bytes in all)")
+    if predicted_bytes != counted:
+        raise Wrong(f"{predicted_bytes:,} bytes is {abs(missing):,} bytes "
+                    f"{'short of' if missing > 0 else 'more than'} what the tensors hold: count "
+                    f"each tensor's elements times its bytes per element")
+    measured = state_bytes(model)
+    return (f"Exactly the {counted:,} bytes the tensors hold. The file torch.save writes is "
+            f"{measured:,} bytes: {measured - counted:,} more for names and layout "
+            f"({(measured - counted) / measured:.1%}). Add the optimizer's state (momentum: one "
+            f"more copy of the parameters) for a full checkpoint.")
 
 
 def _predicted() -> int:
@@ -82,5 +99,8 @@ WRONG: dict[int, list[Any]] = {
     1: [lambda s, acc, t: next((s[i] for i, a in enumerate(acc) if a >= t), None),
         lambda s, acc, t: sum(s)],
     2: [lambda step, per: (step // per + 1, step % per), lambda step, per: (step // per, 0)],
-    3: [_predicted() // 4, 2 * _predicted()],
+    3: [_predicted() // 4, 2 * _predicted(),
+        # the parameters alone, and the buffers without the int64 counters: the hint's mistakes
+        sum(p.numel() * p.element_size() for p in _cnn().parameters()),
+        _predicted() - 16],
 }
