@@ -97,3 +97,9 @@ def test_beyond_cache_sizes_a_buffer_past_the_last_level_cache():
     assert bench.beyond_cache({"L1d": 48 * 2**10, "L2": 2**21, "L3": 32 * 2**20}) == 128 * 2**20
     assert bench.beyond_cache({}) == 64 * 2**20  # nothing reported: the floor
     assert bench.beyond_cache({"L3": 2**30}) == 2**30  # a huge cache: capped, memory is finite
+
+
+def test_cost_counts_an_in_place_operation_s_write():
+    a, b = torch.randn(100), torch.randn(100)
+    c = bench.cost(lambda: a.add_(b))  # reads a and b, writes a
+    assert c.bytes == 3 * 4 * 100

@@ -42,6 +42,7 @@ class Machine:
 
 
 def run(machine: Machine, base, cand, **kw):
+    kw.setdefault("threads", lambda: 1)  # the fake work runs on one thread
     return bench.compare_rounds(base, {"candidate": cand}, device="cpu", clock=machine.clock,
                                 pressure=machine.pressure, round_time=0.01, **kw)["candidate"]
 
@@ -160,7 +161,8 @@ def test_fixed_calls_skip_the_warm_up_so_each_call_is_one_piece_of_a_job():
         return run_epoch
 
     c = bench.compare_rounds(epoch("baseline", 2.0), {"candidate": epoch("candidate", 1.0)},
-                             device="cpu", rounds=3, calls=1, clock=m.clock, pressure=m.pressure)
+                             device="cpu", rounds=3, calls=1, clock=m.clock, pressure=m.pressure,
+                             threads=lambda: 1)
     assert done == {"baseline": 3, "candidate": 3}  # three epochs each, none spent warming up
     assert c["candidate"].ratios == [2.0, 2.0, 2.0]
 
@@ -189,4 +191,31 @@ def test_cpu_wait_reads_this_process_s_threads():
         assert waited is None
         return
     assert waited is not None and waited >= 0
-    assert bench.cpu_wait() >= waited  # a running total
+    import threading
+    import time
+
+    def spin():  # more spinning threads than CPUs: they wait for one, then end
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            pass
+    crowd = [threading.Thread(target=spin) for _ in range(8)]
+    for t in crowd:
+        t.start()
+    during = bench.cpu_wait()
+    for t in crowd:
+        t.join()
+    # a running total: threads that ended keep what they had waited
+    assert during >= waited and bench.cpu_wait() >= during
+
+
+def test_the_busy_share_is_per_thread_of_the_work():
+    m = Machine(6)
+
+    def eight_threads_waiting_a_little():  # 8 threads, each waiting 8% of the block
+        m.now += 1e-3
+        m.waited += 8 * 0.08e-3
+
+    c = run(m, m.job(1.3e-3), eight_threads_waiting_a_little, threads=lambda: 8)
+    assert c.verdict == "faster" and not c.busy
+    again = run(m, m.job(1.3e-3), eight_threads_waiting_a_little)  # read as one thread: 64%
+    assert again.verdict == "machine busy"

@@ -307,7 +307,7 @@ def beyond_cache(caches: dict[str, int] | None = None, *, floor: int = 64 * 2**2
 # Comparing two ways of doing the same work: the course's one method for a ratio.
 
 THRESHOLD = 0.05  # the verdict rule: a ratio whose whole interval lies beyond 5% is a difference
-BUSY_SHARE = 0.25  # threads waited for a CPU over a quarter of a round: the machine was busy
+BUSY_SHARE = 0.25  # each thread waited for a CPU over a quarter of a round: the machine was busy
 MIN_ROUNDS = 3  # fewer rounds than this give no verdict
 BUSY_SPREAD = 1.5  # one arm's slowest round over 1.5x its fastest: something else got in
 PRESSURE = "/proc/pressure/cpu"  # Linux's pressure stall information (PSI)
@@ -343,7 +343,6 @@ def cpu_wait() -> float | None:
     """
     import os
 
-    total, seen = 0, False
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -351,11 +350,20 @@ def cpu_wait() -> float | None:
     for tid in tasks:
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])
-                seen = True
+                waited = int(f.read().split()[1])
         except (OSError, IndexError, ValueError):
             continue  # a thread that ended meanwhile
-    return total / 1e9 if seen else None
+        if waited < _WAITED.get(tid, 0):  # the id was reused by a new thread: keep the old one's
+            _WAITED_ENDED[0] += _WAITED[tid]
+        _WAITED[tid] = waited
+    if not _WAITED:
+        return None
+    # threads that ended keep their last reading, so the total never goes back
+    return (sum(_WAITED.values()) + _WAITED_ENDED[0]) / 1e9
+
+
+_WAITED: dict[str, int] = {}  # thread id -> nanoseconds it had waited when last read
+_WAITED_ENDED = [0]  # nanoseconds of threads whose id a later thread took
 
 
 @dataclass
@@ -424,11 +432,15 @@ class Comparison:
 
 
 def _block(fn: Callable[[], Any], calls: int, device: torch.device, clock: Callable[[], float],
-           context: Callable[[], Any] | None) -> float:
-    """Seconds per call of ``calls`` calls of ``fn``, the device synchronised at both ends."""
+           context: Callable[[], Any] | None, in_use: list[int] | None = None,
+           threads: Callable[[], int] = torch.get_num_threads) -> float:
+    """Seconds per call of ``calls`` calls of ``fn``, the device synchronised at both ends;
+    ``in_use[0]`` is set to the thread count inside ``context``."""
     from contextlib import nullcontext
 
     with (context or nullcontext)():
+        if in_use is not None:
+            in_use[0] = max(1, threads())
         synchronize(device)
         start = clock()
         for _ in range(calls):
@@ -443,6 +455,7 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
                    baseline_name: str = "baseline", deadline: float | None = None,
                    calls: int | None = None, work: dict[str, float] | None = None,
                    own_load: Sequence[str] = (), settle: float = 0.05,
+                   threads: Callable[[], int] = torch.get_num_threads,
                    clock: Callable[[], float] = timeit.default_timer,
                    pressure: Callable[[], float | None] | None = cpu_wait
                    ) -> dict[str, Comparison]:
@@ -455,8 +468,9 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     keeps its meaning. ``contexts`` maps an arm to a context manager factory entered around
     each of its blocks (a flag, :func:`using_threads`). No round starts after ``deadline`` (a
     ``clock`` value): with fewer than MIN_ROUNDS done there is no verdict. The machine counts
-    as busy, and no verdict is given, when this process's threads waited for a CPU for more
-    than ``BUSY_SHARE`` of a round (``pressure``: seconds of waiting so far, :func:`cpu_wait`
+    as busy, and no verdict is given, when the threads of the work waited for a CPU, on
+    average, for more than ``BUSY_SHARE`` of a round (the waiting over the round's time times
+    ``threads()``, torch's thread count inside each arm's context) (``pressure``: seconds of waiting so far, :func:`cpu_wait`
     by default; :func:`cpu_pressure` reads the whole system instead). Where the system
     reports no waiting, an arm whose rounds spread beyond ``BUSY_SPREAD`` counts as busy
     instead: a cruder sign, since a short round on a quiet machine can spread that far from
@@ -495,18 +509,20 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
         waited, wall = 0.0, 0.0
         for name in order:
             before, start = (pressure() if pressure and not pressure_missing else None), clock()
+            in_use = [1]
             times[name].append(_block(arms[name], per_block[name], device, clock,
-                                      contexts.get(name)))
+                                      contexts.get(name), in_use, threads))
             if name in own_load:  # its waiting is its own; let its surplus threads go idle
                 time.sleep(settle)  # (OpenMP's threads spin on after their work), untimed
             elif before is not None:
+                # per thread of the work: 8 threads each waiting 5% of the time is a 5% wait
                 waited += pressure() - before
-                wall += clock() - start
+                wall += (clock() - start) * in_use[0]
         if not pressure_missing and wall > 0:  # each round alone: a short burst is not averaged away
             share = waited / wall
             if share > max(BUSY_SHARE, worst):
                 worst = share
-                busy = (f"this process's threads waited for a CPU for {share:.0%} of round "
+                busy = (f"the work's threads waited for a CPU for {share:.0%} of round "
                         f"{r + 1}: the cores are oversubscribed (another program, other tenants "
                         f"of a shared host or container, or more threads than cores)")
     for name, ts in times.items():  # where the system reports no pressure: the rounds' spread
@@ -542,7 +558,7 @@ def cost(fn: Callable[[], Any]) -> Cost:
     """Count one call of ``fn`` (a training step, say): FLOPs with torch's FlopCounterMode
     (matmuls and convolutions, forward and backward; element-wise work is not counted), and
     bytes as the sum, over every operation that computes something (views excluded), of its
-    tensor inputs and outputs. The call runs once, for real."""
+    tensor inputs and outputs (an in-place operation reads its tensor and writes it back). The call runs once, for real."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import FlopCounterMode
@@ -552,12 +568,13 @@ def cost(fn: Callable[[], Any]) -> Cost:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if not func.is_view:
-                seen = set()
-                for t in tree_leaves((args, kwargs, out)):
-                    if isinstance(t, torch.Tensor) and id(t) not in seen:
-                        seen.add(id(t))
-                        Bytes.total += t.numel() * t.element_size()
+            if not func.is_view:  # what it reads, then what it writes (in place: the same tensor)
+                for group in ((args, kwargs), out):
+                    seen = set()
+                    for t in tree_leaves(group):
+                        if isinstance(t, torch.Tensor) and id(t) not in seen:
+                            seen.add(id(t))
+                            Bytes.total += t.numel() * t.element_size()
             return out
 
     with FlopCounterMode(display=False) as flops, Bytes():

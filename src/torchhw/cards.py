@@ -208,6 +208,10 @@ class Comparison:
                 lines.append(f"{who} was measured on a busy machine (load average {load:.1f} on "
                              f"{cores} cores): its timings are low and noisy, and thread counts "
                              f"above the free cores lose. Measure again when it is quiet.")
+        work_a, work_b = self.a["capstone"].get("model"), self.b["capstone"].get("model")
+        if work_a != work_b:
+            lines.append(f"the capstones trained different workloads ({work_a} against {work_b}): "
+                         f"their capstone rows compare the workloads as much as the machines.")
         if self.a["device"] != self.b["device"]:
             lines.append(f"the capstone ran on {self.a['device']} against {self.b['device']}.")
         same = (ca == cb and not only_a and not only_b and bool(ga) == bool(gb)

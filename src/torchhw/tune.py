@@ -221,11 +221,11 @@ def compile_choice(compile: bool | None, budget_s: float) -> tuple[bool, str]:
 
     if compile is not None:
         return compile, "" if compile else "left out by the caller (compile=False)"
-    if budget_s >= COMPILE_BUDGET_S:
+    if budget_s / 2 >= COMPILE_BUDGET_S:  # a trial may take half the budget (its timeout)
         return True, ""
-    return False, (f"a first compile can take up to {COMPILE_BUDGET_S:g} s here, more than this "
-                   f"{budget_s:g} s budget allows: give budget_s >= {COMPILE_BUDGET_S:g}, or "
-                   f"compile=True")
+    return False, (f"a first compile can take up to {COMPILE_BUDGET_S:g} s here, more than a "
+                   f"trial's half of this {budget_s:g} s budget: give budget_s >= "
+                   f"{2 * COMPILE_BUDGET_S:g}, or compile=True")
 
 
 def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s: float = 10,
@@ -240,9 +240,9 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
     Call it from the thread that will train (a notebook's main thread): that is where its
     trials run. ``trial_timeout_s`` defaults to half the budget (at least 2 s);
     ``min_run_time`` is the time each trial spends in each arm, over all its rounds.
-    ``knobs`` defaults to :func:`default_knobs`; torch.compile is among them where the budget
-    leaves room for a first compile (``COMPILE_BUDGET_S``), or where ``compile`` says so (True
-    or False, whatever the budget). The
+    ``knobs`` defaults to :func:`default_knobs`; torch.compile is among them where a trial's
+    half of the budget leaves room for a first compile (``COMPILE_BUDGET_S``), or where
+    ``compile`` says so (True or False, whatever the budget). The
     result is recorded for the course report under ``record_as`` (None: not recorded).
     """
     start = time.perf_counter()

@@ -4,6 +4,7 @@ a checkpoint's size predicted, then measured."""
 from __future__ import annotations
 
 import io
+import numbers
 from typing import Any, Callable, Sequence
 
 import torch
@@ -16,7 +17,9 @@ from ..checks import Wrong, close, equal, exercise
                "target, and return that sum; return None when no epoch reaches it.")
 def check_1(time_to: Callable[[Sequence[float], Sequence[float], float], float | None]) -> str:
     seconds, acc = [2.0, 1.0, 1.0, 1.5], [0.5, 0.8, 0.92, 0.95]
-    for target, want in [(0.9, 4.0), (0.5, 2.0), (0.95, 5.5), (0.99, None)]:
+    cases = [(acc, 0.9, 4.0), (acc, 0.5, 2.0), (acc, 0.95, 5.5), (acc, 0.99, None),
+             ([0.5, 0.92, 0.85, 0.95], 0.9, 3.0)]  # accuracy can fall again: the first time counts
+    for acc, target, want in cases:
         got = time_to(seconds, acc, target)
         if want is None:
             equal(got, None, f"time_to(seconds, accuracies, {target})", " (never reached)")
@@ -62,17 +65,20 @@ def check_3(predicted_bytes: float | Callable[[], float]) -> str:
     counted = sum(tensors.values())
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     counters = sum(n for name, n in tensors.items() if name.endswith("num_batches_tracked"))
-    if not isinstance(predicted_bytes, (int, float)) or isinstance(predicted_bytes, bool):
+    if isinstance(predicted_bytes, torch.Tensor) and predicted_bytes.numel() == 1:
+        predicted_bytes = predicted_bytes.item()
+    if isinstance(predicted_bytes, bool) or not isinstance(predicted_bytes, numbers.Real):
         raise Wrong(f"predicted_bytes should be a number of bytes, got {type(predicted_bytes).__name__}")
+    predicted_bytes = float(predicted_bytes)  # an int, a float or a NumPy number alike
     missing = counted - predicted_bytes
     if missing == counted - params:
-        raise Wrong(f"{predicted_bytes:,} bytes is the parameters alone: state_dict() also holds "
+        raise Wrong(f"{predicted_bytes:,.0f} bytes is the parameters alone: state_dict() also holds "
                     f"the batch-norm buffers ({counted - params:,} bytes)")
     if missing == counters:
-        raise Wrong(f"{predicted_bytes:,} bytes leaves out the int64 counters "
+        raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out the int64 counters "
                     f"(num_batches_tracked, 8 bytes each, {counters} bytes in all)")
     if predicted_bytes != counted:
-        raise Wrong(f"{predicted_bytes:,} bytes is {abs(missing):,} bytes "
+        raise Wrong(f"{predicted_bytes:,.0f} bytes is {abs(missing):,.0f} bytes "
                     f"{'short of' if missing > 0 else 'more than'} what the tensors hold: count "
                     f"each tensor's elements times its bytes per element")
     measured = state_bytes(model)
@@ -97,7 +103,10 @@ SOLUTIONS: dict[int, Any] = {
 
 WRONG: dict[int, list[Any]] = {
     1: [lambda s, acc, t: next((s[i] for i, a in enumerate(acc) if a >= t), None),
-        lambda s, acc, t: sum(s)],
+        lambda s, acc, t: sum(s),
+        # assumes the accuracy never falls: the last epoch below the target, plus one
+        lambda s, acc, t: (sum(s[:max(i for i, a in enumerate(acc) if a < t) + 2])
+                           if any(a >= t for a in acc) else None)],
     2: [lambda step, per: (step // per + 1, step % per), lambda step, per: (step // per, 0)],
     3: [_predicted() // 4, 2 * _predicted(),
         # the parameters alone, and the buffers without the int64 counters: the hint's mistakes
