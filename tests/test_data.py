@@ -50,9 +50,13 @@ def test_larger_digits_keep_validation_images_out_of_training():
     assert torch.equal(train.tensors[1], plain_train.tensors[1].repeat(3))
     first, shifted = train.tensors[0][:len(plain_train)], train.tensors[0][len(plain_train):]
     assert 0 <= shifted.min() and shifted.max() <= 1 and not torch.equal(shifted[:len(first)], first)
-    # the copies are of training images only: every validation image is far from all of them
-    flat_val, flat_train = val.tensors[0].flatten(1), first.flatten(1)
-    assert torch.cdist(flat_val, flat_train).min() > 0
+    # each copy is its own training image moved by whole pixels (up to 2) plus a little noise,
+    # so no validation image is the source of one
+    padded = torch.nn.functional.pad(first[:40], (2, 2, 2, 2))
+    copies = shifted[:40]
+    best = torch.stack([(copies - padded[..., dy:dy + 16, dx:dx + 16]).abs().mean((1, 2, 3))
+                        for dy in range(5) for dx in range(5)]).min(0).values
+    assert best.max() < 0.06, best.max()  # noise of 0.05: a mean absolute difference near 0.04
     again, _ = data.digits(seed=0, size=16, copies=3)
     assert torch.equal(train.tensors[0], again.tensors[0])
     import pytest

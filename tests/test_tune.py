@@ -109,11 +109,6 @@ def test_default_knobs_on_cpu_say_why_gpu_knobs_do_not_apply():
     assert len(reasons) == len(tune.default_knobs())
 
 
-def test_ratio_spread():
-    median, low, high = tune.ratio_spread([2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0])
-    assert median == low == high == 2.0
-
-
 def test_recommendation_prefers_fewer_knobs_within_the_margin():
     def make(name, knobs, s, verdict=None):
         verdict = verdict or ("faster" if s >= 1.05 else "no clear difference")
@@ -240,3 +235,30 @@ def test_compile_is_tried_where_the_budget_leaves_room_for_a_first_compile():
     assert tune.compile_choice(False, 600)[0] is False
     knob = next(k for k in tune.default_knobs(False, why) if k.name == "compile")
     assert knob.check(None) == why
+
+
+def test_a_doubtful_knob_left_in_the_recommendation_says_so(monkeypatch):
+    """a+b+c won its trial; in the confirmation it is no faster than a+c or a+b, so b and c
+    each look unneeded. a+b is recommended: b stays, and its reason says what was found."""
+    from torchhw import bench
+
+    real = bench.compare_rounds
+    trial_gain = {"a=True": 1.2, "b=True": 1.0, "c=True": 1.0, "a=True + b=True": 1.25,
+                  "a=True + c=True": 1.2, "b=True + c=True": 1.0, "a=True + b=True + c=True": 1.4}
+    final_gain = {"a=True + b=True + c=True": 1.3, "b=True + c=True": 1.0,
+                  "a=True + c=True": 1.28, "a=True + b=True": 1.3}
+
+    def fake(base, candidates, **kw):
+        out = real(base, candidates, **kw)
+        gains = final_gain if kw["rounds"] == 2 * tune.ROUNDS else trial_gain
+        for name, c in out.items():
+            c.cand_times = [t / gains[name] for t in c.base_times]
+            c.busy = ""
+        return out
+
+    monkeypatch.setattr(bench, "compare_rounds", fake)
+    knobs = [tune.Knob(k, True, "", lambda s: None, noop) for k in "abc"]
+    result = run(knobs, budget_s=30)
+    assert result.recommended == {"a": True, "b": True}, result
+    assert "though in the confirmation" in result.reasons["b=True"]
+    assert "adds no clear gain" in result.reasons["c=True"]

@@ -238,7 +238,8 @@ def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | st
 
 def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int = 128,
                     threads: int | None = None, slower_than: float = 0.1) -> tuple[bool, float]:
-    """Whether matmul in ``dtype`` runs within ``slower_than`` of fp32 on ``device``.
+    """Whether matmul in ``dtype`` runs at least ``slower_than`` times fp32's rate on ``device``
+    (by default a tenth: below that, there is no fast kernel, only a fallback).
 
     Times a small product in both (milliseconds even on a slow path) and returns
     (fast, ratio of dtype GFLOP/s to fp32 GFLOP/s). Use it before a large sweep: some CPUs

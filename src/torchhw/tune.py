@@ -143,16 +143,6 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def ratio_spread(baseline: Sequence[float], other: Sequence[float]) -> tuple[float, float, float]:
-    """Median and quartiles of baseline/other over every pair of runs (above 1: faster)."""
-    ratios = sorted(b / o for b in baseline for o in other)
-    if len(ratios) < 4:
-        m = statistics.median(ratios)
-        return m, ratios[0], ratios[-1]
-    q1, q2, q3 = statistics.quantiles(ratios, n=4)
-    return q2, q1, q3
-
-
 def _step(setup: Setup, deadline: list[float]) -> Callable[[], float]:
     """One full training step of ``setup``, as :func:`torchhw.train.fit` takes it (the same
     ``train_step``, on what :func:`knobs.prepare` builds); it refuses to start once
@@ -329,9 +319,9 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         steps[name] = (step, context, deadline, setup.batch_factor)
 
     chosen = choose(trials)
-    confirmation, unconfirmed, gain, dropped = "", None, 1.0, {}
+    confirmation, unconfirmed, gain, dropped, doubtful = "", None, 1.0, {}, {}
     if chosen is not None:
-        chosen, confirmation, gain, unconfirmed, dropped = _confirm(
+        chosen, confirmation, gain, unconfirmed, dropped, doubtful = _confirm(
             chosen, trials, steps, base_step, base_context, base_deadline, device, round_time,
             start + budget_s, max(0.25, timeout / 4))
     busy = next((t.busy for t in trials if t.busy), "")
@@ -351,6 +341,10 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, and the winning "
                               f"{unconfirmed.name} was not confirmed against the baseline "
                               f"({confirmation.split(';')[0]}){hardware}")
+        elif label in chosen_knobs and label in doubtful:
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone, and in the recommended "
+                              f"{chosen.name} ({gain:.2f}x the baseline when confirmed), though "
+                              f"in the confirmation {doubtful[label]}{hardware}")
         elif label in chosen_knobs:
             reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended {chosen.name} "
                               f"was {gain:.2f}x the baseline when confirmed, and every knob in "
@@ -384,7 +378,8 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
     winner is clearly faster than the winner without it, in the same rounds.
 
     Returns (the trial to recommend or None, the confirmation's text, its gain, the trial that
-    was not confirmed or None, {knob: why it was dropped}).
+    was not confirmed or None, {knob: why it was dropped}, {knob in the recommendation that
+    the confirmation found adding nothing clear: why}).
     """
     by_name = {t.name: t for t in trials}
     subsets = {}
@@ -404,7 +399,7 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
             work={name: steps[name][3] for name in arms})
     except TrialStopped:
         return None, "stopped at the end of the budget; not confirmed: the baseline is " \
-                     "recommended", 1.0, chosen, {}
+                     "recommended", 1.0, chosen, {}, {}
     dropped = {}
     for knob, rest in subsets.items():
         needed = bench.Comparison(rest, chosen.name, final[rest].cand_times,
@@ -420,11 +415,14 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
     if pick is None or final[pick].verdict != "faster":
         again = final[pick or chosen.name]
         return (None, f"{again}; not confirmed: the baseline is recommended", 1.0, chosen,
-                dropped)
+                dropped, {})
     again = final[pick]
+    # a knob dropped from the winner can remain in the subset picked (when two were dropped):
+    # it is kept, and its reason says what the confirmation found
+    doubtful = {k: why for k, why in dropped.items() if k in by_name[pick].knobs}
     dropped = {k: why for k, why in dropped.items() if k not in by_name[pick].knobs}
     # the confirmation's own figure: the best of many trials is biased upwards
-    return by_name[pick], str(again), again.ratio, None, dropped
+    return by_name[pick], str(again), again.ratio, None, dropped, doubtful
 
 
 def _fill(trial: Trial, found: bench.Comparison, baseline: bool = False) -> None:
