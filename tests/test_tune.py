@@ -157,24 +157,29 @@ def test_the_winner_must_be_confirmed_and_its_gain_is_the_confirmation_s(monkeyp
     assert "not confirmed" in result.reasons["fine=True"]
 
 
-def test_a_knob_that_adds_nothing_to_the_winner_is_dropped(monkeypatch):
-    """The pair a+b looked best in its own trial; in the confirmation, timed beside a alone
-    and b alone, it is no faster than a: b is dropped, and a is what is recommended."""
+def fake_gains(monkeypatch, trial, final):
+    """compare_rounds with each candidate's rounds set to a fixed gain over the baseline's:
+    ``trial`` in the trials' rounds, ``final`` in the confirmation's (twice the rounds)."""
     from torchhw import bench
 
     real = bench.compare_rounds
-    trial_gain = {"a=True": 1.2, "b=True": 1.0, "a=True + b=True": 1.3}
-    final_gain = {"a=True": 1.2, "b=True": 1.0, "a=True + b=True": 1.2}
 
     def fake(base, candidates, **kw):
         out = real(base, candidates, **kw)
-        gains = final_gain if kw["rounds"] == 2 * tune.ROUNDS else trial_gain
+        gains = final if kw["rounds"] == 2 * tune.ROUNDS else trial
         for name, c in out.items():
             c.cand_times = [t / gains[name] for t in c.base_times]
-            c.busy = ""
+            c.busy = ""  # whatever this machine is doing meanwhile
         return out
 
     monkeypatch.setattr(bench, "compare_rounds", fake)
+
+
+def test_a_knob_that_adds_nothing_to_the_winner_is_dropped(monkeypatch):
+    """The pair a+b looked best in its own trial; in the confirmation, timed beside a alone
+    and b alone, it is no faster than a: b is dropped, and a is what is recommended."""
+    fake_gains(monkeypatch, trial={"a=True": 1.2, "b=True": 1.0, "a=True + b=True": 1.3},
+               final={"a=True": 1.2, "b=True": 1.0, "a=True + b=True": 1.2})
     knobs = [tune.Knob("a", True, "", lambda s: None, noop),
              tune.Knob("b", True, "", lambda s: None, noop)]
     result = run(knobs, budget_s=20)
@@ -240,23 +245,12 @@ def test_compile_is_tried_where_the_budget_leaves_room_for_a_first_compile():
 def test_a_doubtful_knob_left_in_the_recommendation_says_so(monkeypatch):
     """a+b+c won its trial; in the confirmation it is no faster than a+c or a+b, so b and c
     each look unneeded. a+b is recommended: b stays, and its reason says what was found."""
-    from torchhw import bench
-
-    real = bench.compare_rounds
-    trial_gain = {"a=True": 1.2, "b=True": 1.0, "c=True": 1.0, "a=True + b=True": 1.25,
-                  "a=True + c=True": 1.2, "b=True + c=True": 1.0, "a=True + b=True + c=True": 1.4}
-    final_gain = {"a=True + b=True + c=True": 1.3, "b=True + c=True": 1.0,
-                  "a=True + c=True": 1.28, "a=True + b=True": 1.3}
-
-    def fake(base, candidates, **kw):
-        out = real(base, candidates, **kw)
-        gains = final_gain if kw["rounds"] == 2 * tune.ROUNDS else trial_gain
-        for name, c in out.items():
-            c.cand_times = [t / gains[name] for t in c.base_times]
-            c.busy = ""
-        return out
-
-    monkeypatch.setattr(bench, "compare_rounds", fake)
+    fake_gains(monkeypatch,
+               trial={"a=True": 1.2, "b=True": 1.0, "c=True": 1.0, "a=True + b=True": 1.25,
+                      "a=True + c=True": 1.2, "b=True + c=True": 1.0,
+                      "a=True + b=True + c=True": 1.4},
+               final={"a=True + b=True + c=True": 1.3, "b=True + c=True": 1.0,
+                      "a=True + c=True": 1.28, "a=True + b=True": 1.3})
     knobs = [tune.Knob(k, True, "", lambda s: None, noop) for k in "abc"]
     result = run(knobs, budget_s=30)
     assert result.recommended == {"a": True, "b": True}, result
