@@ -273,7 +273,8 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         except Exception as err:
             base.status, base.reason = "failed", f"{type(err).__name__}: {err}"
     trials.append(base)
-    steps: dict[str, tuple[Callable[[], Any], Callable[[], Any], list[float]]] = {}
+    # name -> (its step, its settings, its deadline, its examples per step over the batch asked)
+    steps: dict[str, tuple[Callable[[], Any], Callable[[], Any], list[float], int]] = {}
 
     for combo in _plan(applicable)[1:]:
         name = " + ".join(knob_label(k) for k in combo)
