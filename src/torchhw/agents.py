@@ -148,13 +148,27 @@ def torchrun(target: str, args: Sequence[str] = (), *, nproc_per_node: int = 2, 
     if nnodes == 1:
         commands = [torchrun_command(target, args, nproc_per_node=nproc_per_node,
                                      max_restarts=max_restarts)]
-    else:
-        endpoint = f"127.0.0.1:{free_port()}"
+    store = None
+    if nnodes > 1:
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        port = free_port()
+        # The rendezvous store lives in this process, so it outlives every agent: the agent
+        # that hosts it otherwise exits first when the job ends, and another agent still
+        # checking the rendezvous fails with RendezvousConnectionError (a torchrun race). Each
+        # agent finds the port taken and connects to this store as a client.
+        store = TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
+                         wait_for_workers=False, timeout=timedelta(seconds=timeout))
         rdzv_id = f"torchhw-{uuid.uuid4().hex[:8]}"
         commands = [torchrun_command(target, args, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                                     rdzv_endpoint=endpoint, rdzv_id=rdzv_id,
+                                     rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=rdzv_id,
                                      max_restarts=max_restarts) for _ in range(nnodes)]
-    results = run_agents(commands, timeout=timeout, threads=threads, echo=echo)
+    try:
+        results = run_agents(commands, timeout=timeout, threads=threads, echo=echo)
+    finally:
+        del store  # the store's server stops with its last reference
     bad = [i for i, r in enumerate(results) if r.returncode != 0]
     if check and bad:
         lines = results[bad[0]].output.splitlines()
