@@ -22,10 +22,10 @@ LAYERS: dict[str, int] = {
     "torchhw": 0, "torchhw.hardware": 0, "torchhw.data": 0, "torchhw.models": 0,
     "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.measurements": 0, "torchhw.checks": 0,
     "torchhw.params": 0, "torchhw.device": 0, "torchhw.comm": 0, "torchhw.elastic": 0,
-    "torchhw.cpu": 0, "torchhw.knobs": 0, "torchhw.guard": 0,
+    "torchhw.cpu": 0, "torchhw.guard": 0,
     # built on the ground
     "torchhw.peak": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1,
-    "torchhw.distributed": 1, "torchhw.notebook": 1,
+    "torchhw.distributed": 1, "torchhw.notebook": 1, "torchhw.knobs": 1,
     # built on those
     "torchhw.agents": 2, "torchhw.tune": 2, "torchhw.cards": 2,
     "torchhw.jobs": 3,

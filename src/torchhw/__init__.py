@@ -8,14 +8,13 @@ What the notebooks import, in layers (each module imports only from the layers a
 this list; ``tests/test_layers.py`` holds them to it):
 
 - ground: ``hardware`` (what this machine is), ``cpu`` (the CPUs a process may really use),
-  ``device`` (picking one, with a clear error), ``params`` (papermill parameters), ``data``,
+  ``device`` (picking one, with a clear error; what each kind of device can do), ``params`` (papermill parameters), ``data``,
   ``models``, ``checkpoint`` (atomic save, exact resume), ``plots``, ``measurements`` (what
   a notebook hands to the run report), ``checks`` (exercise feedback), ``comm`` (the cost
-  of a collective), ``elastic`` (joining a process group that survives restarts), ``knobs``
-  (the tuning knobs)
+  of a collective), ``elastic`` (joining a process group that survives restarts)
 - on the ground: ``peak`` (theoretical FLOP/s), ``bench`` (timing on torch.utils.benchmark),
   ``train`` (the loop), ``widgets``, ``distributed`` (ranks launched from a notebook),
-  ``notebook`` (the set-up call)
+  ``notebook`` (the set-up call), ``knobs`` (the tuning knobs)
 - above those: ``agents`` (torchrun from Python), ``tune`` (the autotuner), ``cards``
   (report cards); then ``jobs`` (one job -> torchrun, Slurm, PyTorchJob)
 - ``exercises``: each notebook's checkers and reference solutions

@@ -27,8 +27,8 @@ import torch
 import torch.utils.benchmark as tbench
 from torch.utils.benchmark.utils.common import select_unit
 
-from .device import synchronize
-from .knobs import using_threads  # noqa: F401  (compare_rounds contexts; notebook 09)
+from .device import dtype_support, synchronize
+from .cpu import using_threads  # noqa: F401  (compare_rounds contexts; notebook 09)
 
 NOISY = 0.10  # IQR above 10% of the median: say so next to the number
 
@@ -242,11 +242,15 @@ def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int = 128
     (by default a tenth: below that, there is no fast kernel, only a fallback).
 
     Times a small product in both (milliseconds even on a slow path) and returns
-    (fast, ratio of dtype GFLOP/s to fp32 GFLOP/s). Use it before a large sweep: some CPUs
+    (fast, ratio of dtype GFLOP/s to fp32 GFLOP/s). A dtype the device lacks or only emulates
+    (:func:`torchhw.device.dtype_support`: bf16 on a GPU older than Ampere, where emulation can
+    reach a tenth of fp32's rate and still be no fast path) is not timed: (False, 0.0). Use it before a large sweep: some CPUs
     have no fp16 kernel and take tens of seconds for one n=2048 product.
     """
     if dtype == torch.float32:  # the reference itself: timing it twice would only add noise
         return True, 1.0
+    if dtype_support(device, dtype) is not None:  # absent or emulated (bf16 on a T4): not timed
+        return False, 0.0
     ref = matmul(n, torch.float32, device, threads, min_run_time=0.05)
     got = matmul(n, dtype, device, threads, min_run_time=0.05)
     ratio = got.gflops / ref.gflops
@@ -262,8 +266,12 @@ def dtype_sweep(sizes: Sequence[int], dtypes: Sequence[torch.dtype], device: tor
     """
     results, skipped = [], {}
     for dtype in dtypes:
-        fast, ratio = has_fast_kernel(dtype, device, threads=threads)
         name = str(dtype).replace("torch.", "")
+        why = dtype_support(device, dtype)
+        if why is not None:
+            skipped[name] = why
+            continue
+        fast, ratio = has_fast_kernel(dtype, device, threads=threads)
         if not fast:
             skipped[name] = (f"{ratio:.1%} of the fp32 rate at n=128: no fast kernel on "
                              f"{device}, larger sizes skipped")

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -84,3 +86,19 @@ def cpu_budget(root: Path | str = CGROUP_ROOT) -> CpuBudget:
     """Logical CPUs, affinity and cgroup quota of this process, read now."""
     quota, source = cgroup_quota(root)
     return CpuBudget(os.cpu_count() or 1, affinity_count(), quota, source)
+
+
+def using_threads(n: int) -> Callable[[], Any]:
+    """A context manager factory: torch's intra-op thread count set to ``n``, restored after
+    (for a Setup's settings, and for the arms of ``bench.compare_rounds``)."""
+    import torch
+
+    @contextmanager
+    def threads() -> Iterator[None]:
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(old)
+    return threads

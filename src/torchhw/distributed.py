@@ -7,7 +7,7 @@ collective hangs, or the reader presses stop.
 - :func:`launch` starts ``nprocs`` processes through ``torch.multiprocessing.start_processes``
    (forked from a forkserver that has imported torch on Linux, spawned elsewhere: never a fork
    of a parent that has run an OpenMP op, which can deadlock), joins them in a process group
-   (gloo on CPU, NCCL when there is a GPU per rank) through a file-based rendezvous (no ports
+   (gloo on CPU, NCCL or XCCL when there is a GPU per rank: :func:`plan`) through a file-based rendezvous (no ports
    to collide), and returns each rank's return value::
 
        results = launch(lesson.collectives, nprocs=2, device=device)
@@ -70,23 +70,65 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def placement(nprocs: int, device: Any = "cpu") -> tuple[str, list[str]]:
-    """The backend and each rank's device for ``nprocs`` ranks on ``device``'s kind of hardware.
+@dataclass(frozen=True)
+class Placement:
+    """Where a job's ranks run: the backend, each rank's device, and what the machine cannot do
+    for it (``note``: one line, or "")."""
 
-    CUDA with a GPU per rank: NCCL, one GPU each. CUDA with fewer GPUs than ranks: gloo, ranks
-    sharing the GPUs (NCCL refuses two ranks on one GPU), still on the GPU. CPU: gloo. MPS:
-    gloo cannot move MPS tensors, so the ranks run on the CPU (:func:`launch` says so).
+    backend: str
+    devices: list[str]
+    note: str = ""
+
+    def __str__(self) -> str:
+        ranks = len(self.devices)
+        where = ", ".join(self.devices) if len(set(self.devices)) > 1 else f"all on {self.devices[0]}"
+        return (f"{ranks} rank{'s' if ranks > 1 else ''} with {self.backend}: {where}"
+                + (f"\nnote: {self.note}" if self.note else ""))
+
+
+def rank_device(kind: str, index: int, sharing: int) -> tuple[str, str, str]:
+    """The backend, device and note for the ``index``-th of ``sharing`` ranks that share one
+    machine's devices of type ``kind`` ('cpu', 'cuda', 'xpu', 'mps').
+
+    A GPU each where there are as many GPUs as ranks: the device's own backend (NCCL on CUDA
+    and ROCm, XCCL on Intel GPUs), rank i on GPU i. Fewer GPUs than ranks: the ranks share
+    them round-robin and use gloo, because NCCL refuses two ranks on one GPU ("Duplicate GPU
+    detected"); gloo moves the tensors through host memory, so its timings say nothing about
+    NVLink. MPS: gloo cannot move MPS tensors, so the ranks run on the CPU. ``sharing`` counts
+    every rank on this machine: on a cluster a node's ranks (LOCAL_WORLD_SIZE); for nodes
+    simulated on one machine, all of them (each simulated node numbers its ranks from 0).
     """
-    kind = str(device).split(":")[0]
-    if kind == "cuda":
-        import torch
+    from .device import backend_for, count
 
-        gpus = torch.cuda.device_count()
-        if gpus == 0:
-            raise ValueError("device is cuda but this machine has no CUDA GPU")
-        backend = "nccl" if gpus >= nprocs else "gloo"
-        return backend, [f"cuda:{r % gpus}" for r in range(nprocs)]
-    return "gloo", ["cpu"] * nprocs
+    if kind == "mps":
+        return "gloo", "cpu", "gloo cannot use MPS tensors; the ranks run on the CPU"
+    if kind not in ("cuda", "xpu"):
+        return "gloo", "cpu", ""
+    gpus = count(kind)
+    if gpus == 0:
+        raise ValueError(f"device is {kind} but this machine has no {kind.upper()} GPU: "
+                         f"pass device='cpu', or run where there is one")
+    if gpus >= sharing:
+        return backend_for(kind), f"{kind}:{index}", ""
+    return "gloo", f"{kind}:{index % gpus}", (
+        f"{sharing} ranks share {gpus} {kind.upper()} GPU{'s' if gpus > 1 else ''}: gloo, not "
+        f"{backend_for(kind).upper()} (which refuses two ranks on one GPU), copying through host "
+        f"memory, so the communication measured here is not what {backend_for(kind).upper()} "
+        f"between GPUs would do")
+
+
+def plan(nprocs: int, device: Any) -> Placement:
+    """The backend and each rank's device for ``nprocs`` ranks on ``device``'s kind of hardware,
+    all on this machine (see :func:`rank_device`)."""
+    kind = str(device).split(":")[0]
+    decided = [rank_device(kind, r, nprocs) for r in range(nprocs)]
+    return Placement(decided[0][0], [d for _, d, _ in decided], decided[0][2])
+
+
+def placement(nprocs: int, device: Any = "cpu") -> tuple[str, list[str]]:
+    """:func:`plan` as (backend, devices)."""
+    p = plan(nprocs, device)
+    return p.backend, p.devices
 
 
 @contextmanager
@@ -153,6 +195,8 @@ def _child(rank: int, payload: bytes, world_size: int,
         torch.set_num_threads(threads)
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
+        elif device.startswith("xpu"):
+            torch.xpu.set_device(torch.device(device))
         if init_group:
             dist.init_process_group(backend, init_method=init_method, rank=rank,
                                     world_size=world_size,
@@ -299,9 +343,10 @@ def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
         )
     if nprocs < 1:
         raise ValueError(f"nprocs must be at least 1, got {nprocs}")
-    backend, devices = placement(nprocs, device)
-    if str(device).startswith("mps") and echo:
-        echo("note: gloo cannot use MPS tensors; the ranks run on the CPU")
+    where = plan(nprocs, device)
+    backend, devices = where.backend, where.devices
+    if where.note and echo:
+        echo(f"note: {where.note}")
     with tempfile.TemporaryDirectory(prefix="torchhw-launch-") as folder:
         return _run(fn, tuple(args), nprocs, backend, devices, Path(folder), threads, timeout,
                     collective_timeout, init_group, echo)

@@ -2,15 +2,16 @@
 
 A :class:`Knob` has a name, a check that says why it cannot apply on this machine (or None),
 and an ``apply`` that changes one trial's :class:`Setup`: the model's memory format, an
-autocast dtype, a GradScaler, a global flag (restored after the trial), the thread count,
-the batch size, ``torch.compile`` or the optimizer's implementation. :func:`default_knobs` is the list
+autocast dtype, a GradScaler, TF32 or cudnn.benchmark (global settings, restored after the
+trial), the thread count, the batch size, ``torch.compile`` or the optimizer's implementation. :func:`default_knobs` is the list
 :func:`torchhw.tune.tune` tries, in the order it tries them. Notebook 09 measures each of them
 by hand first.
 
 :func:`configure` turns a configuration (``{"channels_last": True, "threads": "half"}``, what
 the tuner recommends) into a Setup, and :func:`prepare` turns a Setup into what a training
-loop needs: the module to call, its optimizer, a GradScaler or None, and a context manager
-for the thread count and global flags. The tuner's trials and notebook 10's training both go
+loop needs: the module to call, its optimizer, a GradScaler or None, a context manager for
+the thread count, the fp32 precision and global flags, and ``call``, which runs a step where
+the configuration needs it (cudnn.benchmark: a thread of its own). The tuner's trials and notebook 10's training both go
 through these two, so what was tuned is what is trained.
 """
 
@@ -22,6 +23,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
+
+from . import device as devices
+from .cpu import using_threads  # noqa: F401  (also part of this module's interface)
 
 
 @dataclass
@@ -41,6 +45,8 @@ class Setup:
     optimizer_options: dict[str, Any] = field(default_factory=dict)  # set on every param group
     channels_last: bool = False  # the model's weights, and so its inputs, in NHWC
     batch_factor: int = 1  # examples per step, as a multiple of the batch asked for
+    tf32: bool = False  # CUDA: fp32 matmuls and convolutions in TF32; else in true fp32
+    cudnn_benchmark: bool = False  # CUDA: cuDNN times its algorithms for each new shape
 
 
 @dataclass(frozen=True)
@@ -93,30 +99,23 @@ def _set_flag(obj: Any, name: str, value: Any) -> Callable[[], Any]:
 
 
 def _tf32(setup: Setup) -> None:
-    setup.settings.append(_set_flag(torch.backends.cuda.matmul, "allow_tf32", True))
-    setup.settings.append(_set_flag(torch.backends.cudnn, "allow_tf32", True))
+    setup.tf32 = True
 
 
 def _tf32_check(setup: Setup) -> str | None:
-    if setup.device.type != "cuda":
-        return f"TF32 is a tensor-core format of NVIDIA GPUs; this trial runs on {setup.device.type}"
-    major, _ = torch.cuda.get_device_capability(setup.device)
-    if major < 8:
-        return f"TF32 needs compute capability 8.0 (Ampere) or later; this GPU has {major}.x"
-    return None
+    return devices.tf32_support(setup.device)
+
+
+def _cudnn_benchmark(setup: Setup) -> None:
+    setup.cudnn_benchmark = True
 
 
 def _autocast_check(dtype: torch.dtype) -> Callable[[Setup], str | None]:
-    """Only what cannot be measured is excluded: a dtype without a fast path here is timed
-    like any other and loses, which is the measurement a reader needs."""
+    """A dtype the device lacks or only emulates is left out (device.dtype_support: bf16 on a
+    GPU older than Ampere, for example). On a CPU nothing is excluded: a dtype without a fast
+    kernel there is timed like any other and loses, which is the measurement a reader needs."""
     def check(setup: Setup) -> str | None:
-        if setup.device.type == "mps" and dtype == torch.bfloat16 \
-                and not torch.backends.mps.is_macos_or_newer(14, 0):
-            return "bf16 on MPS needs macOS 14 or later"
-        if setup.device.type == "cuda" and dtype == torch.bfloat16 \
-                and not torch.cuda.is_bf16_supported(including_emulation=False):
-            return "this GPU has no bf16 arithmetic (needs compute capability 8.0 or later)"
-        return None
+        return devices.dtype_support(setup.device, dtype)
     return check
 
 
@@ -140,8 +139,9 @@ def _halve_threads(setup: Setup) -> None:
 
 
 def _foreach_check(setup: Setup) -> str | None:
-    if setup.device.type == "cuda":
-        return "torch's optimizers already take the foreach implementation on CUDA by default"
+    if setup.device.type in ("cuda", "xpu"):
+        return (f"torch's optimizers already take the foreach implementation on "
+                f"{setup.device.type} by default")
     return None
 
 
@@ -179,11 +179,12 @@ def default_knobs(compile: bool = False, compile_why: str = "") -> list[Knob]:
              "tensor cores)", _autocast_check(bf16), _autocast(bf16), group="autocast"),
         Knob("autocast", "float16", "matmuls and convolutions in fp16, loss scaled by GradScaler",
              _autocast_check(fp16), _autocast(fp16), group="autocast"),
-        Knob("tf32", True, "fp32 matmuls on tensor cores with a 10-bit mantissa (convolutions use "
-             "TF32 by default already: torch.backends.cudnn.allow_tf32)", _tf32_check, _tf32),
-        Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape",
-             _cuda_only("cudnn.benchmark"),
-             lambda s: s.settings.append(_set_flag(torch.backends.cudnn, "benchmark", True))),
+        Knob("tf32", True, "fp32 matmuls and convolutions on tensor cores with a 10-bit mantissa "
+             "(the baseline runs both in true fp32, although torch's default lets convolutions "
+             "use TF32)", _tf32_check, _tf32),
+        Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape (in a "
+             "thread of its own: see Prepared.call)", _cuda_only("cudnn.benchmark"),
+             _cudnn_benchmark),
         Knob("threads", "half", "half the CPU threads (small work loses to thread overhead)",
              _fewer_threads, _halve_threads),
         Knob("batch_size", "double", "twice the examples per step: the per-step costs (Python, "
@@ -218,13 +219,21 @@ def lookup(config: dict[str, Any]) -> list[Knob]:
 def configure(model: nn.Module, config: dict[str, Any], *, threads: int,
               batch: tuple[torch.Tensor, torch.Tensor] | None = None,
               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-              make_optimizer: Callable[[Any], torch.optim.Optimizer] | None = None) -> Setup:
-    """``model`` (changed in place: memory format) under ``config``, as a :class:`Setup`."""
-    device = next(model.parameters()).device
+              make_optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
+              device: torch.device | str | None = None) -> Setup:
+    """``model`` (changed in place: memory format) under ``config``, as a :class:`Setup`.
+
+    ``device``: where it trains; by default where its parameters are. A knob that cannot apply
+    there is an error that says why (a configuration tuned on one machine, used on another)."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
     setup = Setup(model, batch if batch is not None else (torch.empty(0), torch.empty(0)),
                   device, threads, loss_fn or nn.functional.cross_entropy,
                   make_optimizer or (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)))
     for knob in lookup(config):
+        why = knob.check(setup)
+        if why is not None:
+            raise ValueError(f"{label(knob)} cannot apply here: {why}. Leave it out of the "
+                             f"configuration (it was tuned on another machine?)")
         knob.apply(setup)
     return setup
 
@@ -253,23 +262,57 @@ class Prepared:
     step_model: nn.Module  # call this one: the same module, compiled when asked
     optimizer: torch.optim.Optimizer
     scaler: Any  # a torch.amp.GradScaler for fp16, else None
-    settings: Callable[[], Any]  # a context manager factory: threads and global flags
+    settings: Callable[[], Any]  # a context manager factory: threads, precision, global flags
     threads: int  # torch's intra-op threads while training
     batch_factor: int = 1  # train on batch_size(asked) examples per step
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    tf32: bool = False
+    cudnn_benchmark: bool = False
+    _thread: Any = field(default=None, repr=False)
 
     def batch_size(self, asked: int) -> int:
         """The examples per step to train with, for a run that asked for ``asked``."""
         return asked * self.batch_factor
 
+    @property
+    def own_thread(self) -> bool:
+        """Whether this configuration's work runs in a thread of its own (:meth:`call`)."""
+        return self.cudnn_benchmark
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` where this configuration's steps must run.
+
+        With cudnn.benchmark that is a thread of its own, the same one every call. torch keeps
+        the cuDNN plan chosen for each convolution shape in a cache per thread, looked up
+        before the benchmark flag is: in a thread that has already run these shapes (the
+        baseline, an earlier cell), ``benchmark = True`` would reuse the plans chosen without
+        it, search nothing, and measure about 1.0x. Everything else runs in the calling thread,
+        where training runs (a CPU's thread count is a property of the calling thread).
+        """
+        if not self.own_thread:
+            return fn(*args, **kwargs)
+        if self._thread is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="torchhw-cudnn-benchmark")
+            if self.device.type == "cuda":  # a new thread starts on cuda:0
+                self._thread.submit(torch.cuda.set_device, self.device).result()
+        return self._thread.submit(fn, *args, **kwargs).result()
+
     def describe(self) -> str:
         """One line: what this configuration changes in training."""
-        parts = [f"{self.threads} threads"]
+        parts = [f"{self.threads} threads"] if self.device.type == "cpu" else []
         if self.model.channels_last:
             parts.append("channels_last weights and inputs")
         if self.model.autocast is not None:
             parts.append(f"autocast {str(self.model.autocast).replace('torch.', '')}")
         if self.scaler is not None:
             parts.append("GradScaler")
+        if self.device.type == "cuda":
+            parts.append("TF32 matmuls and convolutions" if self.tf32
+                         else "fp32 matmuls and convolutions in full precision (TF32 off)")
+            if self.cudnn_benchmark:
+                parts.append("cudnn.benchmark (in its own thread)")
         if self.batch_factor != 1:
             parts.append(f"{self.batch_factor}x the batch")
         if self.step_model is not self.model:
@@ -278,7 +321,7 @@ class Prepared:
                    if k in ("foreach", "fused") and v}
         if options:
             parts.append("optimizer " + ", ".join(f"{k}=True" for k in options))
-        return ", ".join(parts)
+        return ", ".join(parts) or "as torch does by default"
 
 
 def prepare(setup: Setup) -> Prepared:
@@ -290,29 +333,25 @@ def prepare(setup: Setup) -> Prepared:
         group.update(setup.optimizer_options)
     scaler = torch.amp.GradScaler(setup.device.type) if setup.scaler else None
     return Prepared(model, step_model, optimizer, scaler, settings(setup), setup.threads,
-                    setup.batch_factor)
-
-
-def using_threads(n: int) -> Callable[[], Any]:
-    """A context manager factory: torch's intra-op thread count set to ``n``, restored after
-    (for a Setup's settings, and for the arms of ``bench.compare_rounds``)."""
-    @contextmanager
-    def threads() -> Iterator[None]:
-        old = torch.get_num_threads()
-        torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(old)
-    return threads
+                    setup.batch_factor, setup.device, setup.tf32, setup.cudnn_benchmark)
 
 
 def settings(setup: Setup) -> Callable[[], Any]:
-    """A context manager factory: the setup's thread count and global flags, restored after."""
+    """A context manager factory: the setup's thread count, precision and global flags,
+    restored after.
+
+    On CUDA every setting a knob could change is set either way, so that a configuration
+    without the knob is what its name says: fp32 in true fp32 unless the tf32 knob is on
+    (torch's default would run convolutions in TF32), cudnn.benchmark off unless asked for.
+    """
     @contextmanager
     def active() -> Iterator[None]:
         with ExitStack() as stack:
             stack.enter_context(using_threads(setup.threads)())
+            if setup.device.type == "cuda":
+                stack.enter_context(devices.fp32_precision("tf32" if setup.tf32 else "ieee"))
+                stack.enter_context(_set_flag(torch.backends.cudnn, "benchmark",
+                                              setup.cudnn_benchmark)())
             for setting in setup.settings:
                 stack.enter_context(setting())
             yield

@@ -4,7 +4,9 @@
 
 seeds every random generator, applies the plot defaults, sets the thread count when asked,
 picks the device (raising DeviceUnavailable for one that is not here) and prints what it
-chose, so the top of every executed notebook says what it ran on.
+chose, so the top of every executed notebook says what it ran on. On a CUDA machine it also
+sets ``CUBLAS_WORKSPACE_CONFIG`` (unless it is set already), which cuBLAS reads at its first
+call and needs for the deterministic runs of notebooks 04 and 10 (:func:`torchhw.train.deterministic`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import torch
 
 from . import plots
-from .device import describe, pick_device
+from .device import CUBLAS_DETERMINISTIC, describe, pick_device
 
 
 def seed_everything(seed: int) -> None:
@@ -45,6 +47,8 @@ def setup(seed: int = 0, device: str = "auto", threads: int | None = None,
           verbose: bool = True) -> torch.device:
     """Seed, style plots, set threads (None keeps torch's default) and pick the device."""
     chosen = pick_device(device)
+    if chosen.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
     strict_warnings()
     seed_everything(seed)
     plots.use_defaults()

@@ -19,16 +19,48 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from . import checkpoint as ckpt
+from .device import CUBLAS_DETERMINISTIC
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+
+@contextmanager
+def deterministic(device: torch.device | str) -> Iterator[None]:
+    """Kernels that give the same bits every run, for a run that must resume exactly.
+
+    A CPU's kernels already do, for a fixed thread count. A GPU's do not all: cuDNN may pick a
+    convolution algorithm that sums with atomics, cuBLAS splits work by its workspace, and
+    cudnn.benchmark may pick another algorithm in another run. Inside this block
+    ``torch.use_deterministic_algorithms(True)`` (an op with no deterministic version raises,
+    saying which), ``cudnn.deterministic`` on and ``cudnn.benchmark`` off; everything is
+    restored after. cuBLAS also needs ``CUBLAS_WORKSPACE_CONFIG`` set before its first call in
+    the process: :func:`torchhw.notebook.setup` sets it on a CUDA machine, and this sets it
+    when it is missing.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
+    cudnn = torch.backends.cudnn
+    saved = (torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(), cudnn.deterministic,
+             cudnn.benchmark)
+    torch.use_deterministic_algorithms(True)
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        cudnn.deterministic, cudnn.benchmark = saved[2], saved[3]
 
 
 class DeviceMismatch(RuntimeError):

@@ -153,8 +153,8 @@ def _step(setup: Setup, deadline: list[float]) -> Callable[[], float]:
     def step() -> float:
         if time.perf_counter() > deadline[0]:
             raise TrialStopped("deadline passed")
-        loss, _ = train.train_step(ready.step_model, batch, setup.loss_fn, ready.optimizer,
-                                   setup.device, scaler=ready.scaler)
+        loss, _ = ready.call(train.train_step, ready.step_model, batch, setup.loss_fn,
+                             ready.optimizer, setup.device, scaler=ready.scaler)
         return loss
     step.settings = ready.settings  # type: ignore[attr-defined]
     return step
@@ -189,6 +189,19 @@ def _plan(applicable: Sequence[Knob]) -> list[list[Knob]]:
         if len(together) > 2:
             plan.append(together)
     return plan
+
+
+def applicability(knobs: Sequence[Knob], fresh: Callable[[], Setup]) -> tuple[list[Knob], dict[str, str]]:
+    """The knobs that apply to ``fresh()``'s setup on its device, and for the others why not
+    (the reasons a report card keeps). Decided from what the device is, before anything runs."""
+    applicable, reasons = [], {}
+    for knob in knobs:
+        why = knob.check(fresh())
+        if why is None:
+            applicable.append(knob)
+        else:
+            reasons[knob_label(knob)] = f"not applicable: {why}"
+    return applicable, reasons
 
 
 def choose(trials: Sequence[Trial]) -> Trial | None:
@@ -250,15 +263,11 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
                      loss_fn, make_optimizer)
 
     trials: list[Trial] = []
-    applicable = []
-    reasons: dict[str, str] = {}
+    applicable, reasons = applicability(knobs, fresh)
     for knob in knobs:
-        why = knob.check(fresh())
-        if why is None:
-            applicable.append(knob)
-        else:
+        if knob not in applicable:
+            why = reasons[knob_label(knob)].removeprefix("not applicable: ")
             trials.append(Trial(knob_label(knob), [knob_label(knob)], "not applicable", why))
-            reasons[knob_label(knob)] = f"not applicable: {why}"
 
     # the baseline: one private copy, stepped in every trial's rounds
     base_setup, base_deadline = fresh(), [float("inf")]

@@ -1,0 +1,477 @@
+"""The course's decisions on machines this one is not, by presenting torch as each of them.
+
+Each profile replaces torch's device *queries* (is there a GPU, how many, which compute
+capability, is bf16 native, which macOS) with what a Colab T4, an A100, an H100, a node with two
+GPUs, a one-GPU machine running two processes, an Apple-silicon Mac and an Intel XPU machine
+answer. No kernel runs and nothing is measured: the tests check what the course *decides* there
+(the device, the dtypes counted as fast, the knobs that apply and why, what notebook 10 trains,
+the backend and device of every rank of 07, 08 and 10, what a report card says), and that the
+notebooks' GPU code takes its decisions from these functions rather than from torch's defaults.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from torchhw import bench, cards, distributed, knobs, train, tune
+from torchhw import device as devices
+
+pytestmark = pytest.mark.accelerators
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kind: str                       # "cuda", "mps" or "xpu"
+    gpus: int = 1
+    capability: tuple[int, int] = (0, 0)
+    gpu_name: str = ""
+    memory_gib: int = 16
+    macos: tuple[int, int] = (15, 0)
+    nprocs: int = 2                 # the processes a job starts here (07's and 10's default)
+
+
+T4 = Profile("colab-t4", "cuda", 1, (7, 5), "Tesla T4", 15)
+A100 = Profile("a100", "cuda", 1, (8, 0), "NVIDIA A100-SXM4-80GB", 80)
+H100 = Profile("h100", "cuda", 1, (9, 0), "NVIDIA H100 80GB HBM3", 80)
+NODE = Profile("node-2-gpus", "cuda", 2, (9, 0), "NVIDIA H100 80GB HBM3", 80)
+SHARED = Profile("1-gpu-2-processes", "cuda", 1, (8, 6), "NVIDIA RTX A6000", 48, nprocs=2)
+MAC = Profile("apple-silicon", "mps", 1, macos=(14, 5))
+XPU = Profile("intel-xpu", "xpu", 1, gpu_name="Intel(R) Data Center GPU Max 1100")
+PROFILES = [T4, A100, H100, NODE, SHARED, MAC, XPU]
+
+
+@pytest.fixture
+def present(monkeypatch):
+    """present(profile): torch answers every device query as ``profile``'s machine would."""
+    def apply(p: Profile) -> Profile:
+        cuda, mps, xpu = p.kind == "cuda", p.kind == "mps", p.kind == "xpu"
+        props = types.SimpleNamespace(name=p.gpu_name, major=p.capability[0], minor=p.capability[1],
+                                      total_memory=p.memory_gib * 2**30, multi_processor_count=40,
+                                      has_fp64=True, has_bfloat16_conversions=True)
+        set_devices: list = []
+        m = monkeypatch
+        m.setattr(torch.cuda, "is_available", lambda: cuda)
+        m.setattr(torch.cuda, "device_count", lambda: p.gpus if cuda else 0)
+        m.setattr(torch.cuda, "get_device_capability", lambda d=None: p.capability)
+        m.setattr(torch.cuda, "get_device_properties", lambda d=None: props)
+        m.setattr(torch.cuda, "get_device_name", lambda d=None: p.gpu_name)
+        m.setattr(torch.cuda, "set_device", lambda d: set_devices.append(str(d)))
+        m.setattr(torch.cuda, "synchronize", lambda d=None: None)
+        # torch's own semantics: with emulation counted (the default) any CUDA GPU says yes
+        m.setattr(torch.cuda, "is_bf16_supported",
+                  lambda including_emulation=True: cuda and (including_emulation or p.capability >= (8, 0)))
+        m.setattr(torch.version, "cuda", "12.8" if cuda else None)
+        m.setattr(torch.accelerator, "is_available", lambda: True)
+        m.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device(p.kind))
+        m.setattr(torch.accelerator, "device_count", lambda: p.gpus)
+        m.setattr(torch.accelerator, "synchronize", lambda d=None: None)
+        m.setattr(torch.backends.mps, "is_available", lambda: mps)
+        m.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: p.macos >= (major, minor))
+        m.setattr(torch.xpu, "is_available", lambda: xpu)
+        m.setattr(torch.xpu, "device_count", lambda: p.gpus if xpu else 0)
+        m.setattr(torch.xpu, "is_bf16_supported", lambda including_emulation=True: xpu)
+        m.setattr(torch.xpu, "get_device_properties", lambda d=None: props)
+        m.setattr(torch.xpu, "get_device_name", lambda d=None: p.gpu_name)
+        m.setattr(torch.xpu, "set_device", lambda d: set_devices.append(str(d)))
+        # a measurement here would time the CPU under a GPU's name: refuse it
+        def no_measuring(*a, **k):
+            raise AssertionError("a decision on an emulated machine must not time anything")
+        m.setattr(bench, "matmul", no_measuring)
+        apply.set_devices = set_devices
+        return p
+    return apply
+
+
+def gpu(p: Profile) -> torch.device:
+    return torch.device("mps") if p.kind == "mps" else torch.device(p.kind, 0)
+
+
+def small_cnn() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 10))
+
+
+def fresh_setup(p: Profile):
+    batch = (torch.randn(4, 1, 8, 8), torch.randint(0, 10, (4,)))
+    return lambda: knobs.Setup(small_cnn(), batch, gpu(p), 2, nn.functional.cross_entropy,
+                               lambda params: torch.optim.SGD(params, lr=0.1))
+
+
+# ------------------------------------------------------------------ the device and its dtypes
+
+@pytest.mark.parametrize("p", PROFILES, ids=lambda p: p.name)
+def test_auto_takes_the_accelerator_and_names_it(present, p):
+    present(p)
+    assert devices.pick_device("auto") == gpu(p)
+    assert devices.accelerator() == p.kind
+    if p.kind != "mps":
+        assert p.gpu_name in devices.describe(gpu(p))
+        with pytest.raises(devices.DeviceUnavailable, match=f"only {p.gpus}"):
+            devices.pick_device(f"{p.kind}:{p.gpus}")
+
+
+# None: native; a string: lacks or emulates it (the reason names why)
+FAST = {
+    "colab-t4": {torch.bfloat16: "emulates", torch.float16: None, torch.float64: None},
+    "a100": {torch.bfloat16: None, torch.float16: None, torch.float64: None},
+    "h100": {torch.bfloat16: None, torch.float16: None, torch.float64: None},
+    "node-2-gpus": {torch.bfloat16: None, torch.float16: None, torch.float64: None},
+    "1-gpu-2-processes": {torch.bfloat16: None, torch.float16: None, torch.float64: None},
+    "apple-silicon": {torch.bfloat16: None, torch.float16: None, torch.float64: "no float64"},
+    "intel-xpu": {torch.bfloat16: None, torch.float16: None, torch.float64: None},
+}
+
+
+@pytest.mark.parametrize("p", PROFILES, ids=lambda p: p.name)
+def test_dtypes_counted_as_fast_are_native_not_emulated(present, p):
+    """Finding 4: torch.cuda.is_bf16_supported() counts emulation by default, so a T4 says yes;
+    the course must not time bf16 there and call it applicable (00's sweep, 09, the tuner)."""
+    present(p)
+    for dtype, expected in FAST[p.name].items():
+        why = devices.dtype_support(gpu(p), dtype)
+        assert (why is None) == (expected is None), (dtype, why)
+        if expected:
+            assert expected in why
+    for dtype, expected in FAST[p.name].items():
+        if expected:   # not timed at all (bench.matmul would raise), and reported as not fast
+            assert bench.has_fast_kernel(dtype, gpu(p)) == (False, 0.0)
+            results, skipped = bench.dtype_sweep([64], [dtype], gpu(p))
+            assert results == [] and expected in skipped[str(dtype).replace("torch.", "")]
+
+
+def test_mac_before_sonoma_has_no_bf16(present):
+    present(Profile("old-mac", "mps", macos=(13, 6)))
+    assert "macOS 14" in devices.dtype_support(torch.device("mps"), torch.bfloat16)
+
+
+# ------------------------------------------------------------------ the knobs, and what 10 trains
+
+APPLICABLE = {
+    "colab-t4": {"channels_last=True", "autocast=float16", "cudnn_benchmark=True", "batch_size=double"},
+    "a100": {"channels_last=True", "autocast=bfloat16", "autocast=float16", "tf32=True",
+             "cudnn_benchmark=True", "batch_size=double"},
+    "apple-silicon": {"channels_last=True", "autocast=bfloat16", "autocast=float16",
+                      "batch_size=double", "optimizer=foreach"},
+    "intel-xpu": {"channels_last=True", "autocast=bfloat16", "autocast=float16", "batch_size=double"},
+}
+APPLICABLE["h100"] = APPLICABLE["node-2-gpus"] = APPLICABLE["1-gpu-2-processes"] = APPLICABLE["a100"]
+
+
+@pytest.mark.parametrize("p", PROFILES, ids=lambda p: p.name)
+def test_knobs_that_apply_and_why_the_others_do_not(present, p):
+    present(p)
+    applicable, reasons = tune.applicability(knobs.default_knobs(), fresh_setup(p))
+    assert {knobs.label(k) for k in applicable} == APPLICABLE[p.name]
+    if p is T4:
+        assert "sm 7.5" in reasons["tf32=True"] and "8.0" in reasons["tf32=True"]
+        assert "emulates" in reasons["autocast=bfloat16"]
+    if p.kind == "cuda":
+        assert "foreach implementation on cuda by default" in reasons["optimizer=foreach"]
+    assert "CPU work" in reasons["threads=half"]
+    # what a report card keeps of them
+    card = cards.build(_survey(), device=devices.describe(gpu(p)), peaks={},
+                       measured={}, capstone={},
+                       tuning={"trials": [], "recommended": {}, "recommended_trial": "baseline",
+                               "gain": 1.0, "reasons": reasons})
+    assert card["tuning"]["reasons"] == reasons
+    if p.kind != "mps":
+        assert p.gpu_name in card["device"]
+
+
+_SURVEY: list = []
+
+
+def _survey():
+    """This machine's CPU survey (the card's machine part), taken once, without probing GPUs."""
+    from torchhw import hardware
+
+    if not _SURVEY:
+        _SURVEY.append(hardware.survey(probe_gpus=False))
+    return _SURVEY[0]
+
+
+def _everything(p: Profile) -> dict:
+    """The largest configuration the tuner could recommend here (one autocast dtype)."""
+    applicable, _ = tune.applicability(knobs.default_knobs(), fresh_setup(p))
+    config = {}
+    for k in applicable:
+        if k.group == "autocast" and "autocast" in config:
+            continue
+        config[k.name] = k.value
+    if p.kind == "cuda":
+        config["autocast"] = "float16"   # the one that needs a GradScaler
+    return config
+
+
+@pytest.mark.parametrize("p", [T4, A100, NODE, MAC, XPU], ids=lambda p: p.name)
+def test_notebook_10_trains_every_knob_of_its_configuration(present, p):
+    """Finding 9: every knob of the tuned configuration changes training through
+    knobs.configure and knobs.prepare (10's `build`): TF32, cudnn.benchmark, a GradScaler for
+    fp16; and a configuration without TF32 really is fp32 (finding 6)."""
+    present(p)
+    config = _everything(p)
+    ready = knobs.prepare(knobs.configure(small_cnn(), config, threads=2, device=gpu(p)))
+    line = ready.describe()
+    assert ready.model.channels_last and "channels_last" in line
+    assert ready.batch_factor == 2 and "2x the batch" in line
+    if p.kind == "cuda":
+        assert ready.scaler is not None and "GradScaler" in line
+        with ready.settings():
+            assert devices.tf32_enabled() == {"matmul": "tf32" in config, "conv": "tf32" in config}
+            assert torch.backends.cudnn.benchmark is True
+        assert ready.own_thread and "cudnn.benchmark" in line
+        baseline = knobs.prepare(knobs.configure(small_cnn(), {}, threads=2, device=gpu(p)))
+        with baseline.settings():   # torch's default would leave convolutions in TF32
+            assert devices.tf32_enabled() == {"matmul": False, "conv": False}
+            assert torch.backends.cudnn.benchmark is False
+        assert "full precision" in baseline.describe() and not baseline.own_thread
+    assert torch.backends.cudnn.benchmark is False, "the settings must be restored"
+    # a configuration that cannot apply here is refused, not silently half-applied
+    if p is T4:
+        with pytest.raises(ValueError, match="tf32=True cannot apply here"):
+            knobs.configure(small_cnn(), {"tf32": True}, threads=2, device=gpu(p))
+
+
+def test_cudnn_benchmark_steps_run_in_one_thread_of_their_own(present):
+    """Finding 5: cuDNN's plan cache is per thread and consulted before the benchmark flag, so
+    a benchmark arm must run in a thread that has not run these shapes, the same every call."""
+    import threading
+
+    present(A100)
+    ready = knobs.prepare(knobs.configure(small_cnn(), {"cudnn_benchmark": True}, threads=2,
+                                          device="cuda:0"))
+    seen = [ready.call(threading.get_ident) for _ in range(3)]
+    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+    plain = knobs.prepare(knobs.configure(small_cnn(), {}, threads=2, device="cuda:0"))
+    assert plain.call(threading.get_ident) == threading.get_ident()
+
+
+def test_deterministic_runs_ask_the_gpu_for_deterministic_kernels(present, monkeypatch):
+    """Finding 7: bitwise resume on a GPU needs deterministic algorithms and cuBLAS's workspace
+    setting; train.deterministic gives both and restores everything."""
+    present(A100)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.backends.cudnn.benchmark = True
+    try:
+        with train.deterministic("cuda:0"):
+            assert torch.are_deterministic_algorithms_enabled()
+            assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+            import os
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == devices.CUBLAS_DETERMINISTIC
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
+    finally:
+        torch.backends.cudnn.benchmark = False
+
+
+def test_notebook_setup_sets_cublas_workspace_on_cuda(present, monkeypatch, capsys):
+    from torchhw.notebook import setup
+
+    present(T4)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert setup(device="auto") == torch.device("cuda", 0)
+    import os
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == devices.CUBLAS_DETERMINISTIC
+    assert "Tesla T4" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ every rank's device and backend
+
+RANKS = {   # (backend, devices, a word the note must hold or "")
+    "colab-t4": ("gloo", ["cuda:0", "cuda:0"], "share"),
+    "a100": ("gloo", ["cuda:0", "cuda:0"], "share"),
+    "h100": ("gloo", ["cuda:0", "cuda:0"], "share"),
+    "node-2-gpus": ("nccl", ["cuda:0", "cuda:1"], ""),
+    "1-gpu-2-processes": ("gloo", ["cuda:0", "cuda:0"], "host memory"),
+    "apple-silicon": ("gloo", ["cpu", "cpu"], "MPS"),
+    "intel-xpu": ("gloo", ["xpu:0", "xpu:0"], "share"),
+}
+
+
+@pytest.mark.parametrize("p", PROFILES, ids=lambda p: p.name)
+def test_ranks_of_07_and_10(present, p):
+    """Findings 2 and 8: the ranks of 07 (device=device) and 10 (device=device.type) run on
+    the machine's GPUs, with NCCL only where each has its own; two ranks on one GPU are said."""
+    present(p)
+    backend, ranks, word = RANKS[p.name]
+    for asked in (gpu(p), gpu(p).type):
+        where = distributed.plan(p.nprocs, asked)
+        assert (where.backend, where.devices) == (backend, ranks)
+        assert (word in where.note) if word else where.note == ""
+    if p is NODE:
+        assert distributed.plan(2, "cuda").backend == devices.backend_for("cuda") == "nccl"
+    if p is XPU:
+        two = Profile("two-xpus", "xpu", 2)
+        present(two)
+        assert distributed.plan(2, "xpu").backend == "xccl"
+
+
+def _cell_source(notebook: str, marker: str) -> str:
+    cells = json.loads((NOTEBOOKS / notebook).read_text())["cells"]
+    found = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and marker in "".join(c["source"])]
+    assert len(found) == 1, f"{notebook}: {len(found)} cells hold {marker!r}"
+    return found[0]
+
+
+def _module_from_writefile(notebook: str, name: str, monkeypatch) -> types.ModuleType:
+    source = None
+    cells = json.loads((NOTEBOOKS / notebook).read_text())["cells"]
+    for c in cells:
+        text = "".join(c["source"])
+        first, _, body = text.partition("\n")
+        if first.startswith("%%writefile") and first.endswith(f"/{name}.py"):
+            source = body
+    assert source, f"{notebook} writes no {name}.py"
+    module = types.ModuleType(name)
+    exec(compile(source, f"{notebook}:{name}.py", "exec"), module.__dict__)
+    return module
+
+
+class _Joined(Exception):
+    pass
+
+
+def _ranks_of_08(p: Profile, present, monkeypatch, one_machine: bool) -> list[tuple[str, str]]:
+    """Run 08's train.py up to init_process_group, for two simulated nodes of one rank each
+    (each LOCAL_RANK 0, as torchrun numbers them), and return each rank's (backend, device)."""
+    present(p)
+    stub = types.ModuleType("ddp_train")   # train.py imports nothing of 07's, but be safe
+    monkeypatch.setitem(sys.modules, "ddp_train", stub)
+    script = _module_from_writefile("08_clusters.ipynb", "train", monkeypatch)
+    got = []
+    for rank in range(2):
+        joined = {}
+
+        def init_generation(backend, joined=joined):
+            joined["backend"] = backend
+            raise _Joined
+        script.init_generation = init_generation
+        present.set_devices.clear()
+        for k, v in {"RANK": rank, "LOCAL_RANK": 0, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 1,
+                     "GROUP_RANK": rank}.items():
+            monkeypatch.setenv(k, str(v))
+        argv = ["train.py", "--checkpoint", "c.pt", "--out", "o.json", "--device", p.kind]
+        monkeypatch.setattr(sys, "argv", argv + (["--one-machine"] if one_machine else []))
+        monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+        with pytest.raises(_Joined):
+            script.main()
+        got.append((joined["backend"], present.set_devices[-1] if present.set_devices else "cpu"))
+    return got
+
+
+def test_08_two_simulated_nodes_never_put_two_nccl_ranks_on_one_gpu(present, monkeypatch):
+    """Finding 1: each simulated node counts its ranks from LOCAL_RANK 0; with --one-machine the
+    ranks spread over this machine's GPUs (NCCL, a GPU each) or share one over gloo."""
+    assert _ranks_of_08(NODE, present, monkeypatch, True) == [("nccl", "cuda:0"), ("nccl", "cuda:1")]
+    assert _ranks_of_08(T4, present, monkeypatch, True) == [("gloo", "cuda:0"), ("gloo", "cuda:0")]
+    # on a real cluster each node's LOCAL_RANK 0 has a GPU of its own
+    assert _ranks_of_08(T4, present, monkeypatch, False) == [("nccl", "cuda:0"), ("nccl", "cuda:0")]
+    assert "--one-machine" in _cell_source("08_clusters.ipynb", "def train_args(")
+
+
+# ------------------------------------------------------------------ 07's communication timing
+
+class _FakeEvent:
+    clock = [0.0]
+
+    def __init__(self, enable_timing=False, **_):
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = _FakeEvent.clock[0]
+
+    def elapsed_time(self, other):
+        return (other.at - self.at) * 1e3
+
+
+def test_07_times_nccl_all_reduce_on_the_gpu_clock_not_at_enqueue(present, monkeypatch):
+    """Finding 3: an NCCL future completes when the all-reduce is queued. The hook's span must
+    end at an event recorded in the future's callback (GPU time), not at a host-clock read."""
+    present(H100)
+    monkeypatch.setitem(sys.modules, "ddp_train", types.SimpleNamespace(wrap=None))
+    measure = _module_from_writefile("07_ddp.ipynb", "measure", monkeypatch)
+    monkeypatch.setattr(torch, "Event", _FakeEvent)
+    queued = []
+
+    class Work:
+        def get_future(self):
+            fut = torch.futures.Future()
+            queued.append(fut)
+            return fut
+
+    monkeypatch.setattr(measure.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(measure.dist, "all_reduce", lambda t, async_op: Work())
+    bucket = types.SimpleNamespace(buffer=lambda: torch.ones(4))
+    state = {"device": torch.device("cuda", 0), "spans": []}
+    out = measure.timing_hook(state, bucket)
+    _FakeEvent.clock[0] = 0.25               # the GPU finishes the all-reduce 0.25 s later
+    queued[0].set_result([torch.ones(4)])
+    out.wait()
+    assert len(state["spans"]) == 1
+    assert measure.span_seconds(state["spans"][0]) == pytest.approx(0.25)
+    cpu = {"device": torch.device("cpu"), "spans": []}
+    measure.timing_hook(cpu, bucket)
+    queued[-1].set_result([torch.ones(4)])
+    assert isinstance(cpu["spans"][0], float)
+
+
+# ------------------------------------------------------------------ the notebooks use the decisions
+
+def _code(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def test_every_launch_in_the_notebooks_names_its_device():
+    """Finding 2's class: a launch without device= runs on the CPU with gloo on a GPU machine."""
+    missing = []
+    for nb in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for line_no, call in _calls(_code(nb), "launch"):
+            if not any(k.arg == "device" for k in call.keywords):
+                missing.append(f"{nb.name}: line {line_no}")
+    assert not missing, missing
+
+
+def _calls(code: str, name: str):
+    text = "\n".join(l for l in code.splitlines() if not l.lstrip().startswith(("%", "!")))
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name):
+                yield node.lineno, node
+
+
+def test_no_capability_test_counts_emulation():
+    """Finding 4's class, everywhere: is_bf16_supported() without including_emulation=False."""
+    sources = {p.name: p.read_text() for p in (Path(devices.__file__).parent).rglob("*.py")}
+    sources.update({nb.name: _code(nb) for nb in NOTEBOOKS.glob("*.ipynb")})
+    for name, text in sources.items():
+        for call in re.findall(r"is_bf16_supported\(([^)]*)\)", text):
+            assert "including_emulation=False" in call or name.endswith("test_accelerators.py"), name
+
+
+def test_gpu_paths_of_the_notebooks_take_the_course_decisions():
+    nb = {p.name[:2]: _code(p) for p in NOTEBOOKS.glob("*.ipynb")}
+    # 04 and 10: the bitwise resume runs under deterministic kernels (finding 7)
+    assert "train.deterministic(device)" in nb["04"] and "train.deterministic(device)" in nb["10"]
+    # 07: the plan is printed, so two ranks on one GPU are said (finding 8)
+    assert "distributed.plan(nprocs, device)" in nb["07"]
+    # 09: true fp32 baselines on CUDA (finding 6) and a thread per cudnn.benchmark arm (finding 5)
+    assert 'set_fp32_precision("ieee")' in nb["09"] and "in_own_thread(step, True)" in nb["09"]
+    # 10: every epoch through the configuration's settings, call and GradScaler (finding 9)
+    run = _cell_source("10_capstone.ipynb", "class Run:")
+    for piece in ("self.ready.settings()", "self.ready.call(", "scaler=self.ready.scaler",
+                  "batch_size=self.ready.batch_size("):
+        assert piece in run, piece
+    assert "device=device" in _cell_source("10_capstone.ipynb", "def build(config)")
