@@ -14,6 +14,12 @@
 #   make colab      Colab's setup cell in a venv with Colab's versions: nothing is upgraded
 #   make system     find or install chromium, npm and shellcheck, which the tests need
 #   make stress     run the 2-rank and 2-node DDP jobs 50 times each and count failures (ARGS="--runs N")
+#   make gpu-check  on a CUDA GPU: the `gpu` tests and every notebook with device cuda, a dated
+#                   report in reference/gpu-check/ and a card in reference/cards/; needs only a
+#                   Python with torch (no .venv), installs what is missing from build/gpu-wheels/
+#   make gpu-wheels download, for a GPU machine without network, the wheels gpu-check installs
+#                   (Python 3.12, Linux x86-64) into build/gpu-wheels/; FULL=1 adds the learner's
+#                   large ones (numpy, matplotlib, scikit-learn...); never torch
 
 # the first of these that runs and is 3.11 or newer (a pyenv shim of an absent version does not);
 # else plain python3, so that bootstrap.py can say why it is too old
@@ -38,7 +44,7 @@ test unit browser notebooks binder portability colab: export TQDM_DISABLE = 1
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
 .PHONY: learner portability stress venv venv-course run test unit lab notebooks bench \
-	constraints clean browser badges handouts binder system colab deps
+	constraints clean browser badges handouts binder system colab deps gpu-check gpu-wheels
 
 NO_PYTHON = echo "no python3 on PATH: install Python 3.11 or newer, or name one: make PYTHON=/path/to/python3.11 ..." >&2; exit 2
 # the whole toolchain: the learner's package, the course's tooling and the test suite
@@ -111,6 +117,36 @@ stress: venv
 # after an upgrade: constraints.txt.new from .venv/, the header and comments kept
 constraints: venv
 	$(BIN)/torchhw deps --freeze
+
+# The GPU check runs on the machine's own Python and torch, not in .venv/ (a GPU machine lent
+# for minutes has torch and no time for `make venv`): the first of .venv's python, python3 and
+# $(PYTHON) that has torch; the package itself comes from src/ (PYTHONPATH), so no install is
+# needed to start. Name another: make gpu-check GPU_PYTHON=/path/to/python
+HAS_TORCH = -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'
+GPU_PYTHON ?= $(shell for p in $(BIN)/python python3 $(PYTHON); do $$p $(HAS_TORCH) 2>/dev/null && command -v $$p && break; done || true)
+gpu-check:
+	@test -n "$(GPU_PYTHON)" || { echo "gpu-check: no python with torch found ($(BIN)/python, python3, $(PYTHON)): name one: make gpu-check GPU_PYTHON=/path/to/python" >&2; exit 2; }
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) -m torchhw gpu-check $(ARGS)
+
+# Wheels for gpu-check on a machine without network (Python 3.12, Linux x86-64, as the GPU
+# machines we borrow; GPU_PY=3.11 for another), at the versions constraints.txt pins: the
+# Jupyter stack, pytest and the small learner dependencies always; FULL=1 adds the large ones.
+# Never torch: the GPU machine's own build is the one under test. Carry build/gpu-wheels/ with
+# the checkout.
+# pip reads the dependencies' markers with the Python that downloads, not 3.12: aiohttp is
+# papermill's on 3.12 only, so it is named; setuptools builds torchhw's editable install.
+GPU_WHEELS     ?= build/gpu-wheels
+GPU_PY         ?= 3.12
+GPU_WHEELS_SET  = papermill nbclient nbformat ipykernel jupyter_client pytest pytest-timeout \
+	ipywidgets psutil PyYAML setuptools aiohttp
+GPU_WHEELS_FULL = numpy matplotlib scikit-learn
+gpu-wheels:
+	@test -n "$(PYTHON)" || { $(NO_PYTHON); }
+	$(PYTHON) -m pip download --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
+		--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux_2_28_x86_64 --platform any -c constraints.txt \
+		--dest $(GPU_WHEELS) $(GPU_WHEELS_SET) $(if $(FULL),$(GPU_WHEELS_FULL))
+	@du -sh $(GPU_WHEELS)
 
 # runs/ holds your measured reports and cards: remove it yourself when you mean to
 clean:

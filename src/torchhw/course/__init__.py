@@ -12,5 +12,6 @@ finds from the current directory (:mod:`torchhw.course.paths`).
 - ``lab``       JupyterLab with the course's settings, and a private server for checks
 - ``binder``    Binder's build simulated here
 - ``stress``    the distributed jobs run many times, failures counted
+- ``gpucheck``  ``make gpu-check``: the gpu tests and every notebook on a CUDA GPU, into reference/
 - ``cli``       the ``torchhw`` command
 """

@@ -15,6 +15,7 @@
     torchhw system [--install] [NAME ...]                     chromium, npm, shellcheck for the tests
     torchhw colab                                             Colab's setup cell in a Colab-like venv
     torchhw deps [--check]                                    write (or check) binder/requirements.txt
+    torchhw gpu-check [--wheels DIR] [--out DIR] [--dry-run]  on a GPU: gpu tests, notebooks on cuda
 """
 
 from __future__ import annotations
@@ -145,6 +146,13 @@ def _deps(args: argparse.Namespace) -> int:
     return deps_main(check=args.check, freeze_to=args.freeze)
 
 
+def _gpu_check(args: argparse.Namespace) -> int:
+    from .gpucheck import gpu_check
+
+    return gpu_check(out_root=args.out, wheels=args.wheels, dry_run=args.dry_run,
+                     index=not args.no_index)
+
+
 def _portability(args: argparse.Namespace) -> int:
     from .profiles import main as profiles_main
 
@@ -253,6 +261,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     deps.add_argument("--freeze", action="store_true",
                       help="write constraints.txt.new from this environment, comments kept")
     deps.set_defaults(func=_deps)
+
+    gpu = sub.add_parser("gpu-check", help="on a CUDA GPU: the gpu tests and every notebook "
+                                           "with device cuda, a dated report in reference/")
+    gpu.add_argument("--wheels", type=Path, default=Path("build/gpu-wheels"),
+                     help="wheels to install missing modules from, no index (make gpu-wheels "
+                          "fills it; default: build/gpu-wheels)")
+    gpu.add_argument("--out", type=Path, default=Path("reference"),
+                     help="writes <out>/gpu-check/<date>_<gpu>/ and cards into <out>/cards/ "
+                          "(default: reference)")
+    gpu.add_argument("--dry-run", action="store_true",
+                     help="print each step (commands, folders) and run none, GPU or not")
+    gpu.add_argument("--no-index", action="store_true",
+                     help="never ask the package index (a machine without network)")
+    gpu.set_defaults(func=_gpu_check)
 
     port = sub.add_parser("portability", help="strict nbval under emulated machines (ISA, threads)")
     port.add_argument("notebooks", nargs="*")
