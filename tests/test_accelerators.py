@@ -150,6 +150,21 @@ def test_dtypes_counted_as_fast_are_native_not_emulated(present, p):
             assert results == [] and expected in skipped[str(dtype).replace("torch.", "")]
 
 
+def test_a_gpu_dtype_probe_is_not_launch_bound(present, monkeypatch):
+    """A 128 x 128 product on a GPU costs one kernel launch in any dtype: a probe that small
+    would call every dtype fast. The probe's size on a GPU is what is checked here; the rates
+    are placeholders (nothing runs), and the answer is only read for its size."""
+    present(A100)
+    sizes = []
+
+    def probe(n, dtype, *a, **k):
+        sizes.append(n)
+        return types.SimpleNamespace(gflops=1.0)
+    monkeypatch.setattr(bench, "matmul", probe)
+    bench.has_fast_kernel(torch.float16, gpu(A100))
+    assert sizes and min(sizes) >= bench.GPU_PROBE_N
+
+
 def test_mac_before_sonoma_has_no_bf16(present):
     present(Profile("old-mac", "mps", macos=(13, 6)))
     assert "macOS 14" in devices.dtype_support(torch.device("mps"), torch.bfloat16)

@@ -236,21 +236,28 @@ def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | st
                    min_run_time=min_run_time)
 
 
-def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int = 128,
+GPU_PROBE_N = 2048  # a GPU's product must be this large before launch overhead stops hiding its rate
+
+
+def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int | None = None,
                     threads: int | None = None, slower_than: float = 0.1) -> tuple[bool, float]:
     """Whether matmul in ``dtype`` runs at least ``slower_than`` times fp32's rate on ``device``
     (by default a tenth: below that, there is no fast kernel, only a fallback).
 
-    Times a small product in both (milliseconds even on a slow path) and returns
-    (fast, ratio of dtype GFLOP/s to fp32 GFLOP/s). A dtype the device lacks or only emulates
-    (:func:`torchhw.device.dtype_support`: bf16 on a GPU older than Ampere, where emulation can
-    reach a tenth of fp32's rate and still be no fast path) is not timed: (False, 0.0). Use it before a large sweep: some CPUs
-    have no fp16 kernel and take tens of seconds for one n=2048 product.
+    Times a product in both and returns (fast, ratio of dtype GFLOP/s to fp32 GFLOP/s). On a
+    CPU the product is small (n = 128: milliseconds even on a slow path; some CPUs have no fp16
+    kernel and take tens of seconds for one n = 2048 product). On a GPU a product that small
+    costs about one kernel launch in any dtype, so the ratio would be about 1 whatever the
+    arithmetic: there it is n = 2048 (:data:`GPU_PROBE_N`). A dtype the device lacks or only
+    emulates (:func:`torchhw.device.dtype_support`: bf16 on a GPU older than Ampere) is not
+    timed at all: (False, 0.0).
     """
     if dtype == torch.float32:  # the reference itself: timing it twice would only add noise
         return True, 1.0
     if dtype_support(device, dtype) is not None:  # absent or emulated (bf16 on a T4): not timed
         return False, 0.0
+    if n is None:
+        n = 128 if torch.device(device).type == "cpu" else GPU_PROBE_N
     ref = matmul(n, torch.float32, device, threads, min_run_time=0.05)
     got = matmul(n, dtype, device, threads, min_run_time=0.05)
     ratio = got.gflops / ref.gflops

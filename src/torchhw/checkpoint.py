@@ -29,6 +29,14 @@ def _mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
+def _xpu_initialized(required: bool = True) -> bool:
+    """An Intel GPU is here (and, when ``required``, torch has already used it)."""
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None or not xpu.is_available():
+        return False
+    return xpu.is_initialized() if required else True
+
+
 def move(obj: Any, device: str | torch.device) -> Any:
     """``obj`` with every tensor inside (dicts, lists, tuples) moved to ``device``."""
     if isinstance(obj, torch.Tensor):
@@ -52,6 +60,8 @@ def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]  # one per GPU
+    if _xpu_initialized():
+        state["xpu"] = [s.cpu() for s in torch.xpu.get_rng_state_all()]  # one per Intel GPU
     if _mps_available():
         state["mps"] = torch.mps.get_rng_state().cpu()
     if loader_generator is not None:
@@ -62,8 +72,8 @@ def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]
 def set_rng_state(state: dict[str, Any], loader_generator: torch.Generator | None = None) -> None:
     """Restore what :func:`rng_state` captured.
 
-    Every state is moved to the CPU first: the setters accept only a CPU ByteTensor. A CUDA
-    or MPS state is restored where that device exists (for as many GPUs as are present now)
+    Every state is moved to the CPU first: the setters accept only a CPU ByteTensor. A CUDA,
+    XPU or MPS state is restored where that device exists (for as many GPUs as are present now)
     and ignored elsewhere, so a checkpoint from a GPU machine still resumes on a CPU.
     """
     torch.set_rng_state(state["torch"].cpu())
@@ -75,6 +85,9 @@ def set_rng_state(state: dict[str, Any], loader_generator: torch.Generator | Non
     if "cuda" in state and torch.cuda.is_available():
         for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(cuda_state.cpu(), index)
+    if "xpu" in state and _xpu_initialized(required=False):
+        for index, xpu_state in enumerate(state["xpu"][:torch.xpu.device_count()]):
+            torch.xpu.set_rng_state(xpu_state.cpu(), index)
     if "mps" in state and _mps_available():
         torch.mps.set_rng_state(state["mps"].cpu())
     if loader_generator is not None and "loader" in state:
