@@ -165,6 +165,16 @@ def test_a_gpu_dtype_probe_is_not_launch_bound(present, monkeypatch):
     assert sizes and min(sizes) >= bench.GPU_PROBE_N
 
 
+def test_mps_fp16_needs_a_torch_whose_grad_scaler_avoids_float64(present, monkeypatch):
+    present(MAC)
+    setup = fresh_setup(MAC)
+    fp16 = next(k for k in knobs.default_knobs() if knobs.label(k) == "autocast=float16")
+    monkeypatch.setattr(torch, "__version__", "2.7.1")
+    assert "torch 2.8" in fp16.check(setup())
+    monkeypatch.setattr(torch, "__version__", "2.8.0")
+    assert fp16.check(setup()) is None
+
+
 def test_mac_before_sonoma_has_no_bf16(present):
     present(Profile("old-mac", "mps", macos=(13, 6)))
     assert "macOS 14" in devices.dtype_support(torch.device("mps"), torch.bfloat16)
@@ -245,6 +255,9 @@ def test_notebook_10_trains_every_knob_of_its_configuration(present, p):
         with ready.settings():
             assert devices.tf32_enabled() == {"matmul": "tf32" in config, "conv": "tf32" in config}
             assert torch.backends.cudnn.benchmark is True
+            # what torch.compile's Inductor reads must stay readable (no mixed legacy/new API)
+            assert torch.get_float32_matmul_precision() == ("high" if "tf32" in config else "highest")
+            assert torch.backends.cudnn.allow_tf32 is ("tf32" in config)
         assert ready.own_thread and "cudnn.benchmark" in line
         baseline = knobs.prepare(knobs.configure(small_cnn(), {}, threads=2, device=gpu(p)))
         with baseline.settings():   # torch's default would leave convolutions in TF32
@@ -410,6 +423,31 @@ class _FakeEvent:
         return (other.at - self.at) * 1e3
 
 
+def test_time_on_device_reads_the_gpu_clock_on_the_device_own_stream(present, monkeypatch):
+    present(NODE)
+    streams = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: streams.append(str(d)) or "s1")
+
+    class Event(_FakeEvent):
+        def __init__(self, device=None, enable_timing=False, **_):
+            assert str(device) == "cuda:1" and enable_timing
+            super().__init__()
+
+        def record(self, stream=None):
+            assert stream == "s1"   # cuda:1's stream, whichever device is current
+            super().record()
+
+        def synchronize(self):
+            pass
+    monkeypatch.setattr(torch, "Event", Event)
+
+    def work():
+        _FakeEvent.clock[0] += 0.5   # the device's clock advances by what the work took
+    _FakeEvent.clock[0] = 0.0
+    assert devices.time_on_device(work, "cuda:1") == pytest.approx(0.5)
+    assert streams == ["cuda:1"]
+
+
 def test_07_times_nccl_all_reduce_on_the_gpu_clock_not_at_enqueue(present, monkeypatch):
     """Finding 3: an NCCL future completes when the all-reduce is queued. The hook's span must
     end at an event recorded in the future's callback (GPU time), not at a host-clock read."""
@@ -429,6 +467,7 @@ def test_07_times_nccl_all_reduce_on_the_gpu_clock_not_at_enqueue(present, monke
     monkeypatch.setattr(measure.dist, "all_reduce", lambda t, async_op: Work())
     bucket = types.SimpleNamespace(buffer=lambda: torch.ones(4))
     state = {"device": torch.device("cuda", 0), "spans": []}
+    _FakeEvent.clock[0] = 0.0
     out = measure.timing_hook(state, bucket)
     _FakeEvent.clock[0] = 0.25               # the GPU finishes the all-reduce 0.25 s later
     queued[0].set_result([torch.ones(4)])

@@ -110,8 +110,11 @@ def test_loading_to_another_device_keeps_and_restores_the_generators_on_the_cpu(
     torch.manual_seed(99)
     payload = ckpt.load(path, on_meta, meta_opt, map_location="meta", loader_generator=fresh_gen)
     assert all(t.device.type == "meta" for t in payload["model"].values())
-    assert payload["optimizer"]["state"][0]["exp_avg"].device.type == "meta"
+    # the optimizer's state goes where its parameters are, placed by optimizer.load_state_dict:
+    # Adam's moments on the model's device, its step on the CPU, where Adam reads it without
+    # waiting for a GPU
     assert meta_opt.state_dict()["state"][0]["exp_avg"].device.type == "meta"
+    assert meta_opt.state_dict()["state"][0]["step"].device.type == "cpu"
     assert payload["rng"]["torch"].device.type == "cpu"
     assert payload["extra"]["loader"].device.type == "cpu"
     assert torch.equal(torch.rand(3), expected)

@@ -145,8 +145,9 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
          loader_generator: torch.Generator | None = None) -> dict[str, Any]:
     """Load a checkpoint into ``model`` (and optimizer, scheduler, generators). Returns it.
 
-    ``map_location`` says where the model and optimizer tensors go (the model's device, or
-    ``"meta"`` to check a checkpoint without memory); everything else, the generator states and
+    ``map_location`` says where the model's tensors go (the model's device, or ``"meta"`` to
+    check a checkpoint without memory); ``optimizer.load_state_dict`` puts the optimizer's state
+    where its parameters are, as torch's optimizers want it; everything else, the generator states and
     the loader's shuffling state above all, stays on the CPU, where their setters need it.
 
     Raises CheckpointError, naming the file and what to do, when it is missing or cannot
@@ -170,8 +171,10 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
             f"it is; delete it to start over, or resume from an older copy."
         ) from None
     if map_location is not None and torch.device(map_location) != torch.device("cpu"):
+        # the weights only: optimizer.load_state_dict puts each state tensor where its parameter
+        # is, except Adam's `step`, which stays on the CPU (unless capturable or fused): moved to
+        # a GPU, reading it would wait for the GPU at every parameter of every step
         payload["model"] = move(payload["model"], map_location)
-        payload["optimizer"] = move(payload["optimizer"], map_location)
     if optimizer is not None and payload["optimizer"] is None:
         raise CheckpointError(f"checkpoint {path} holds no optimizer state, but one was passed")
     _check_fits(path, model.state_dict(), payload["model"])

@@ -17,6 +17,7 @@ H100 node or a Mac and check what the course decides there (tests/test_accelerat
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -173,9 +174,10 @@ def time_on_device(fn: Callable[[], Any], device: torch.device | str) -> float:
     if device.type in ("cuda", "xpu") and hasattr(torch, "Event"):
         start = torch.Event(device=device, enable_timing=True)
         end = torch.Event(device=device, enable_timing=True)
-        start.record()
+        stream = _module(device.type).current_stream(device)   # this device's, not the current one's
+        start.record(stream)
         fn()
-        end.record()
+        end.record(stream)
         end.synchronize()
         return start.elapsed_time(end) / 1e3  # milliseconds
     begin = time.perf_counter()
@@ -237,6 +239,20 @@ def backend_for(device: torch.device | str) -> str:
     return _BACKENDS.get(kind, "gloo")
 
 
+def torch_at_least(major: int, minor: int) -> bool:
+    """Whether this torch is version ``major.minor`` or later (a feature's floor)."""
+    found = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
+
+
+def use(device: torch.device | str) -> None:
+    """Make ``device`` the current one of its kind (cuda:1, xpu:1), so that what defaults to
+    the current device (streams, events, ``torch.accelerator.synchronize()``) means it."""
+    device = torch.device(device)
+    if device.type in ("cuda", "xpu") and device.index is not None:
+        _module(device.type).set_device(device)
+
+
 def capability(device: torch.device | str) -> tuple[int, int] | None:
     """A CUDA GPU's compute capability (8, 0); None for other devices and for ROCm."""
     device = torch.device(device)
@@ -262,11 +278,12 @@ def dtype_support(device: torch.device | str, dtype: torch.dtype) -> str | None:
             return "bf16 on MPS needs macOS 14 or later"
         return None
     if kind == "cuda":
-        if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
-            cap = capability(device)
+        cap = capability(device)   # of this device, not of whichever is current
+        native = (cap >= (8, 0) if cap is not None   # ROCm: torch's answer, emulation not counted
+                  else torch.cuda.is_bf16_supported(including_emulation=False))
+        if dtype == torch.bfloat16 and not native:
             has = f"sm {cap[0]}.{cap[1]}" if cap else "this GPU"
             return f"bf16 needs compute capability 8.0 (Ampere) or later; {has} only emulates it"
-        cap = capability(device)
         if dtype == torch.float16 and cap is not None and cap < (7, 0):
             return f"fp16 tensor cores need compute capability 7.0 or later; this GPU is sm {cap[0]}.{cap[1]}"
         return None
@@ -298,27 +315,22 @@ def tf32_support(device: torch.device | str) -> str | None:
 
 
 def _precision_flags() -> list[tuple[Any, str, dict[str, Any]]]:
-    """The objects and attributes that say whether fp32 matmuls and convolutions may use TF32.
+    """The settings that say whether fp32 matmuls and convolutions on CUDA may use TF32.
 
-    torch 2.9 and later: ``fp32_precision`` ('ieee' or 'tf32') on ``torch.backends.cuda.matmul``,
-    ``torch.backends.cudnn.conv`` and ``torch.backends.cudnn.rnn``; before, the booleans ``allow_tf32`` on
-    ``torch.backends.cuda.matmul`` and ``torch.backends.cudnn`` (mixing the two is refused by
-    the newer torch, so only one family is touched).
+    The booleans ``allow_tf32`` on ``torch.backends.cuda.matmul`` and ``torch.backends.cudnn``,
+    which every torch since the floor has. torch 2.9 added ``fp32_precision`` strings for the
+    same settings and keeps the two in step when the booleans are set; but once the strings
+    are set directly, reading the booleans raises ("a mix of the legacy and new APIs"), and
+    torch.compile's Inductor still reads them. So the course sets only the booleans.
     """
-    matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision") and hasattr(matmul, "fp32_precision"):
-        values = {"tf32": "tf32", "ieee": "ieee"}
-        # cuDNN's recurrent layers too: with conv and rnn set differently, reading the legacy
-        # torch.backends.cudnn.allow_tf32 raises
-        return [(matmul, "fp32_precision", values), (conv, "fp32_precision", values),
-                (torch.backends.cudnn.rnn, "fp32_precision", values)]
     values = {"tf32": True, "ieee": False}
-    return [(matmul, "allow_tf32", values), (torch.backends.cudnn, "allow_tf32", values)]
+    return [(torch.backends.cuda.matmul, "allow_tf32", values),
+            (torch.backends.cudnn, "allow_tf32", values)]
 
 
 def tf32_enabled() -> dict[str, bool]:
     """Whether fp32 matrix products and convolutions may run in TF32 now (CUDA's settings)."""
-    (m, mn, mv), (c, cn, cv), *_ = _precision_flags()
+    (m, mn, mv), (c, cn, cv) = _precision_flags()
     return {"matmul": getattr(m, mn) == mv["tf32"], "conv": getattr(c, cn) == cv["tf32"]}
 
 

@@ -115,6 +115,9 @@ def _autocast_check(dtype: torch.dtype) -> Callable[[Setup], str | None]:
     GPU older than Ampere, for example). On a CPU nothing is excluded: a dtype without a fast
     kernel there is timed like any other and loses, which is the measurement a reader needs."""
     def check(setup: Setup) -> str | None:
+        if setup.device.type == "mps" and dtype == torch.float16 and not devices.torch_at_least(2, 8):
+            return ("fp16 needs a GradScaler, which on MPS before torch 2.8 computes in float64, "
+                    "a dtype MPS lacks")
         return devices.dtype_support(setup.device, dtype)
     return check
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from . import plots
-from .device import CUBLAS_DETERMINISTIC, describe, pick_device
+from .device import CUBLAS_DETERMINISTIC, describe, pick_device, use
 
 
 def seed_everything(seed: int) -> None:
@@ -47,6 +47,7 @@ def setup(seed: int = 0, device: str = "auto", threads: int | None = None,
           verbose: bool = True) -> torch.device:
     """Seed, style plots, set threads (None keeps torch's default) and pick the device."""
     chosen = pick_device(device)
+    use(chosen)   # cuda:1 becomes the current device: streams and events default to it
     if chosen.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
     strict_warnings()
