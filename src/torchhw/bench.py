@@ -237,6 +237,7 @@ def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | st
 
 
 GPU_PROBE_N = 2048  # a GPU's product must be this large before launch overhead stops hiding its rate
+GPU_ROOF_N = 4096  # and this large to keep every unit of a data-centre GPU busy: its measured roof
 
 
 def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int | None = None,
