@@ -150,19 +150,31 @@ def test_dtypes_counted_as_fast_are_native_not_emulated(present, p):
             assert results == [] and expected in skipped[str(dtype).replace("torch.", "")]
 
 
-def test_a_gpu_dtype_probe_is_not_launch_bound(present, monkeypatch):
+def test_a_gpu_dtype_probe_is_never_launch_bound(present, monkeypatch):
     """A 128 x 128 product on a GPU costs one kernel launch in any dtype: a probe that small
-    would call every dtype fast. The probe's size on a GPU is what is checked here; the rates
-    are placeholders (nothing runs), and the answer is only read for its size."""
+    would call every dtype fast. A CUDA GPU is not timed at all (its compute capability says
+    what it has); an Apple GPU is probed on products large enough to show its rate. The rates
+    here are placeholders (nothing runs): only the probe's size is read."""
     present(A100)
+    assert bench.has_fast_kernel(torch.float16, gpu(A100))[0] is True   # bench.matmul would raise
+    present(MAC)
     sizes = []
 
     def probe(n, dtype, *a, **k):
         sizes.append(n)
         return types.SimpleNamespace(gflops=1.0)
     monkeypatch.setattr(bench, "matmul", probe)
-    bench.has_fast_kernel(torch.float16, gpu(A100))
-    assert sizes and min(sizes) >= bench.GPU_PROBE_N
+    bench.has_fast_kernel(torch.bfloat16, gpu(MAC))
+    assert sizes and min(sizes) >= bench.GPU_PROBE_N == bench.probe_size("mps")
+
+
+def test_fp32_without_autocast_opens_no_autocast_region(monkeypatch):
+    """A disabled autocast region still checks its dtype on MPS (torch 2.6-2.9) and warns at
+    every step: the fp32 baseline must not open one."""
+    opened = []
+    monkeypatch.setattr(torch, "autocast", lambda *a, **k: opened.append((a, k)))
+    knobs.Configured(small_cnn(), False, None)(torch.randn(2, 1, 8, 8))
+    assert opened == []
 
 
 def test_mps_fp16_needs_a_torch_whose_grad_scaler_avoids_float64(present, monkeypatch):
@@ -537,6 +549,8 @@ def test_gpu_paths_of_the_notebooks_take_the_course_decisions():
     assert "train.deterministic(device)" in nb["04"] and "train.deterministic(device)" in nb["10"]
     # 07: the plan is printed, so two ranks on one GPU are said (finding 8)
     assert "distributed.plan(nprocs, device)" in nb["07"]
+    # 07's FSDP count: never NCCL with two ranks on one GPU (its device mesh would ask for it)
+    assert 'device="cpu" if sharing else device' in nb["07"]
     # 09: true fp32 baselines on CUDA (finding 6) and a thread per cudnn.benchmark arm (finding 5)
     assert 'set_fp32_precision("ieee")' in nb["09"] and "in_own_thread(step, True)" in nb["09"]
     # 10: every epoch through the configuration's settings, call and GradScaler (finding 9)

@@ -236,8 +236,15 @@ def matmul(n: int, dtype: torch.dtype = torch.float32, device: torch.device | st
                    min_run_time=min_run_time)
 
 
-GPU_PROBE_N = 2048  # a GPU's product must be this large before launch overhead stops hiding its rate
+GPU_PROBE_N = 2048  # an Apple GPU's product must be this large before launch overhead stops hiding its rate
 GPU_ROOF_N = 4096  # and this large to keep every unit of a data-centre GPU busy: its measured roof
+
+
+def probe_size(device: torch.device | str) -> int:
+    """The product :func:`has_fast_kernel` times on ``device``: 128 on a CPU (milliseconds even
+    on a slow path), :data:`GPU_PROBE_N` on a GPU, where a 128 product costs about one kernel
+    launch in any dtype and would make every dtype look fast."""
+    return 128 if torch.device(device).type == "cpu" else GPU_PROBE_N
 
 
 def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int | None = None,
@@ -245,20 +252,22 @@ def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int | Non
     """Whether matmul in ``dtype`` runs at least ``slower_than`` times fp32's rate on ``device``
     (by default a tenth: below that, there is no fast kernel, only a fallback).
 
-    Times a product in both and returns (fast, ratio of dtype GFLOP/s to fp32 GFLOP/s). On a
-    CPU the product is small (n = 128: milliseconds even on a slow path; some CPUs have no fp16
-    kernel and take tens of seconds for one n = 2048 product). On a GPU a product that small
-    costs about one kernel launch in any dtype, so the ratio would be about 1 whatever the
-    arithmetic: there it is n = 2048 (:data:`GPU_PROBE_N`). A dtype the device lacks or only
-    emulates (:func:`torchhw.device.dtype_support`: bf16 on a GPU older than Ampere) is not
-    timed at all: (False, 0.0).
+    On a CPU and on MPS, times a product in both (:func:`probe_size`; some CPUs have no fp16
+    kernel and take tens of seconds for one n = 2048 product) and returns (fast, ratio of dtype
+    GFLOP/s to fp32 GFLOP/s). A dtype the device lacks or only emulates
+    (:func:`torchhw.device.dtype_support`: bf16 on a GPU older than Ampere) is not timed:
+    (False, 0.0). A CUDA or XPU GPU describes its arithmetic itself (compute capability,
+    properties), so a dtype it has natively is not timed either: (True, nan). Natively is not
+    quickly, though: fp64 on a T4 or a consumer GPU runs at 1/32 of fp32's rate, a real kernel
+    that a sweep measures as it is.
     """
     if dtype == torch.float32:  # the reference itself: timing it twice would only add noise
         return True, 1.0
     if dtype_support(device, dtype) is not None:  # absent or emulated (bf16 on a T4): not timed
         return False, 0.0
-    if n is None:
-        n = 128 if torch.device(device).type == "cpu" else GPU_PROBE_N
+    if torch.device(device).type in ("cuda", "xpu"):
+        return True, float("nan")
+    n = n or probe_size(device)
     ref = matmul(n, torch.float32, device, threads, min_run_time=0.05)
     got = matmul(n, dtype, device, threads, min_run_time=0.05)
     ratio = got.gflops / ref.gflops
@@ -281,7 +290,7 @@ def dtype_sweep(sizes: Sequence[int], dtypes: Sequence[torch.dtype], device: tor
             continue
         fast, ratio = has_fast_kernel(dtype, device, threads=threads)
         if not fast:
-            skipped[name] = (f"{ratio:.1%} of the fp32 rate at n=128: no fast kernel on "
+            skipped[name] = (f"{ratio:.1%} of the fp32 rate at n={probe_size(device)}: no fast kernel on "
                              f"{device}, larger sizes skipped")
             continue
         results += [matmul(n, dtype, device, threads) for n in sizes]

@@ -5,10 +5,10 @@ ROCm; Apple's MPS; Intel's XPU), else the CPU. A device asked for by name is nev
 another one behind the reader's back: if it is missing, :class:`DeviceUnavailable` says what was
 asked, what exists, and what to pass instead.
 
-The rest is device-generic, through ``torch.accelerator`` where this torch has it (2.6 and later;
-its memory counters from 2.8), with a fallback per device type for older ones: waiting for queued
-work (:func:`synchronize`), timing on the device's own clock (:func:`time_on_device`, with
-``torch.Event``), memory counters, the process-group backend each device type takes
+The rest is device-generic, through ``torch.accelerator`` where this torch has it (2.6 and
+later) and per device type where it does not: waiting for queued work (:func:`synchronize`),
+timing on the device's own clock (:func:`time_on_device`, with ``torch.Event``), the memory
+counters (torch.cuda's, torch.xpu's, torch.mps's), the process-group backend each device type takes
 (:func:`backend_for`), which dtypes have fast arithmetic here rather than emulation
 (:func:`dtype_support`), and TF32 (:func:`tf32_support`, :func:`fp32_precision`). Every course
 decision about a device goes through these, so the tests can present torch as a Colab T4, an

@@ -17,7 +17,7 @@ through these two, so what was tuned is what is trained.
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -252,8 +252,11 @@ class Configured(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(x.device.type, dtype=self.autocast or torch.float32,
-                            enabled=self.autocast is not None):
+        # no autocast at all without a dtype: a disabled one still checks its dtype on MPS
+        # (torch 2.6-2.9), and warns at every step that fp32 is not an MPS autocast dtype
+        region = (torch.autocast(x.device.type, dtype=self.autocast) if self.autocast is not None
+                  else nullcontext())
+        with region:
             return self.model(x).float()
 
 
