@@ -195,9 +195,9 @@ def test_mac_before_sonoma_has_no_bf16(present):
 # ------------------------------------------------------------------ the knobs, and what 10 trains
 
 APPLICABLE = {
-    "colab-t4": {"channels_last=True", "autocast=float16", "cudnn_benchmark=True", "batch_size=double"},
+    "colab-t4": {"channels_last=True", "autocast=float16", "batch_size=double"},
     "a100": {"channels_last=True", "autocast=bfloat16", "autocast=float16", "tf32=True",
-             "cudnn_benchmark=True", "batch_size=double"},
+             "batch_size=double"},
     "apple-silicon": {"channels_last=True", "autocast=bfloat16", "autocast=float16",
                       "batch_size=double", "optimizer=foreach"},
     "intel-xpu": {"channels_last=True", "autocast=bfloat16", "autocast=float16", "batch_size=double"},
@@ -215,6 +215,9 @@ def test_knobs_that_apply_and_why_the_others_do_not(present, p):
         assert "emulates" in reasons["autocast=bfloat16"]
     if p.kind == "cuda":
         assert "foreach implementation on cuda by default" in reasons["optimizer=foreach"]
+        # finding 5: cuDNN's plans are cached per thread, backward's on autograd's shared one,
+        # so no trial of this process could measure benchmark = True
+        assert "autograd's thread" in reasons["cudnn_benchmark=True"]
     assert "CPU work" in reasons["threads=half"]
     # what a report card keeps of them
     card = cards.build(_survey(), device=devices.describe(gpu(p)), peaks={},
@@ -276,16 +279,14 @@ def test_notebook_10_trains_every_knob_of_its_configuration(present, p):
         assert ready.scaler is not None and "GradScaler" in line
         with ready.settings():
             assert devices.tf32_enabled() == {"matmul": "tf32" in config, "conv": "tf32" in config}
-            assert torch.backends.cudnn.benchmark is True
             # what torch.compile's Inductor reads must stay readable (no mixed legacy/new API)
             assert torch.get_float32_matmul_precision() == ("high" if "tf32" in config else "highest")
             assert torch.backends.cudnn.allow_tf32 is ("tf32" in config)
-        assert ready.own_thread and "cudnn.benchmark" in line
         baseline = knobs.prepare(knobs.configure(small_cnn(), {}, threads=2, device=gpu(p)))
         with baseline.settings():   # torch's default would leave convolutions in TF32
             assert devices.tf32_enabled() == {"matmul": False, "conv": False}
             assert torch.backends.cudnn.benchmark is False
-        assert "full precision" in baseline.describe() and not baseline.own_thread
+        assert "full precision" in baseline.describe()
     assert torch.backends.cudnn.benchmark is False, "the settings must be restored"
     # a configuration that cannot apply here is refused, not silently half-applied
     if p is T4:
@@ -293,18 +294,17 @@ def test_notebook_10_trains_every_knob_of_its_configuration(present, p):
             knobs.configure(small_cnn(), {"tf32": True}, threads=2, device=gpu(p))
 
 
-def test_cudnn_benchmark_steps_run_in_one_thread_of_their_own(present):
-    """Finding 5: cuDNN's plan cache is per thread and consulted before the benchmark flag, so
-    a benchmark arm must run in a thread that has not run these shapes, the same every call."""
-    import threading
-
+def test_cudnn_benchmark_is_measured_in_fresh_processes_and_never_trained_unmeasured(present):
+    """Finding 5: a cuDNN plan cached for a shape is used whether benchmark is on or not, per
+    thread, and backward convolutions run on autograd's thread, shared by the whole process.
+    09 times each setting in a process of its own; the tuner does not offer it, and a
+    configuration that asks for it on CUDA is refused rather than trained unmeasured."""
     present(A100)
-    ready = knobs.prepare(knobs.configure(small_cnn(), {"cudnn_benchmark": True}, threads=2,
-                                          device="cuda:0"))
-    seen = [ready.call(threading.get_ident) for _ in range(3)]
-    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
-    plain = knobs.prepare(knobs.configure(small_cnn(), {}, threads=2, device="cuda:0"))
-    assert plain.call(threading.get_ident) == threading.get_ident()
+    with pytest.raises(ValueError, match="fresh processes"):
+        knobs.configure(small_cnn(), {"cudnn_benchmark": True}, threads=2, device="cuda:0")
+    cell = _cell_source("09_performance.ipynb", "cudnn_trial")
+    assert "distributed.launch(cudnn_trial.seconds_per_step, 1" in cell
+    assert "torch.backends.cudnn.benchmark = benchmark" in cell   # set before the first convolution
 
 
 def test_deterministic_runs_ask_the_gpu_for_deterministic_kernels(present, monkeypatch):
@@ -551,11 +551,11 @@ def test_gpu_paths_of_the_notebooks_take_the_course_decisions():
     assert "distributed.plan(nprocs, device)" in nb["07"]
     # 07's FSDP count: never NCCL with two ranks on one GPU (its device mesh would ask for it)
     assert 'device="cpu" if sharing else device' in nb["07"]
-    # 09: true fp32 baselines on CUDA (finding 6) and a thread per cudnn.benchmark arm (finding 5)
-    assert 'set_fp32_precision("ieee")' in nb["09"] and "in_own_thread(step, True)" in nb["09"]
+    # 09: true fp32 baselines on CUDA (finding 6)
+    assert 'set_fp32_precision("ieee")' in nb["09"]
     # 10: every epoch through the configuration's settings, call and GradScaler (finding 9)
     run = _cell_source("10_capstone.ipynb", "class Run:")
-    for piece in ("self.ready.settings()", "self.ready.call(", "scaler=self.ready.scaler",
+    for piece in ("self.ready.settings()", "scaler=self.ready.scaler",
                   "batch_size=self.ready.batch_size("):
         assert piece in run, piece
     assert "device=device" in _cell_source("10_capstone.ipynb", "def build(config)")

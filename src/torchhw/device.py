@@ -165,9 +165,11 @@ def synchronize(device: torch.device | str) -> None:
 def time_on_device(fn: Callable[[], Any], device: torch.device | str) -> float:
     """Seconds ``fn``'s work took, by the device's own clock where it has one.
 
-    On an accelerator, two ``torch.Event``s recorded on the current stream around ``fn``: the
-    span ends when the device has *finished* the work, not when the host had queued it (the
-    host returns from a kernel launch, or from an NCCL collective, long before). On a CPU the
+    On an accelerator, two ``torch.Event``s recorded on the device's current stream around
+    ``fn``: the span ends when the device has *finished* the work queued on that stream, not
+    when the host had queued it (the host returns from a kernel launch long before). Work on
+    other streams (an NCCL collective started with ``async_op=True``) is not in it unless ``fn``
+    waits for it. On a CPU the
     work is done when ``fn`` returns, and the host clock measures it.
     """
     device = torch.device(device)

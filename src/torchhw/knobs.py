@@ -9,9 +9,8 @@ by hand first.
 
 :func:`configure` turns a configuration (``{"channels_last": True, "threads": "half"}``, what
 the tuner recommends) into a Setup, and :func:`prepare` turns a Setup into what a training
-loop needs: the module to call, its optimizer, a GradScaler or None, a context manager for
-the thread count, the fp32 precision and global flags, and ``call``, which runs a step where
-the configuration needs it (cudnn.benchmark: a thread of its own). The tuner's trials and notebook 10's training both go
+loop needs: the module to call, its optimizer, a GradScaler or None, and a context manager for
+the thread count, the fp32 precision and global flags. The tuner's trials and notebook 10's training both go
 through these two, so what was tuned is what is trained.
 """
 
@@ -71,14 +70,6 @@ def _has_conv(setup: Setup) -> bool:
     return any(isinstance(m, nn.Conv2d) for m in setup.model.modules())
 
 
-def _cuda_only(what: str) -> Callable[[Setup], str | None]:
-    def check(setup: Setup) -> str | None:
-        if setup.device.type != "cuda":
-            return f"{what} needs a CUDA GPU; this trial runs on {setup.device.type}"
-        return None
-    return check
-
-
 def _channels_last(setup: Setup) -> None:
     setup.channels_last = True
     setup.model = setup.model.to(memory_format=torch.channels_last)
@@ -108,6 +99,19 @@ def _tf32_check(setup: Setup) -> str | None:
 
 def _cudnn_benchmark(setup: Setup) -> None:
     setup.cudnn_benchmark = True
+
+
+def _cudnn_benchmark_check(setup: Setup) -> str | None:
+    """Not something a trial in this process can measure. torch keeps the cuDNN plan chosen for
+    each convolution shape in a cache per thread, and uses a cached plan whether benchmark is on
+    or not; the backward convolutions run on autograd's own thread for the GPU, which every
+    trial shares. Once the baseline has run the shapes, benchmark = True would search nothing."""
+    if setup.device.type != "cuda":
+        return f"cudnn.benchmark needs a CUDA GPU; this trial runs on {setup.device.type}"
+    return ("not timed by the tuner: cuDNN's plans are cached per thread, backward's on "
+            "autograd's thread, which every trial shares, so after the baseline it would search "
+            "nothing; notebook 09 measures it in fresh processes. To use it, set "
+            "torch.backends.cudnn.benchmark = True before a run's first convolution")
 
 
 def _autocast_check(dtype: torch.dtype) -> Callable[[Setup], str | None]:
@@ -185,9 +189,8 @@ def default_knobs(compile: bool = False, compile_why: str = "") -> list[Knob]:
         Knob("tf32", True, "fp32 matmuls and convolutions on tensor cores with a 10-bit mantissa "
              "(the baseline runs both in true fp32, although torch's default lets convolutions "
              "use TF32)", _tf32_check, _tf32),
-        Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape (in a "
-             "thread of its own: see Prepared.call)", _cuda_only("cudnn.benchmark"),
-             _cudnn_benchmark),
+        Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape",
+             _cudnn_benchmark_check, _cudnn_benchmark),
         Knob("threads", "half", "half the CPU threads (small work loses to thread overhead)",
              _fewer_threads, _halve_threads),
         Knob("batch_size", "double", "twice the examples per step: the per-step costs (Python, "
@@ -274,36 +277,10 @@ class Prepared:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     tf32: bool = False
     cudnn_benchmark: bool = False
-    _thread: Any = field(default=None, repr=False)
 
     def batch_size(self, asked: int) -> int:
         """The examples per step to train with, for a run that asked for ``asked``."""
         return asked * self.batch_factor
-
-    @property
-    def own_thread(self) -> bool:
-        """Whether this configuration's work runs in a thread of its own (:meth:`call`)."""
-        return self.cudnn_benchmark
-
-    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` where this configuration's steps must run.
-
-        With cudnn.benchmark that is a thread of its own, the same one every call. torch keeps
-        the cuDNN plan chosen for each convolution shape in a cache per thread, looked up
-        before the benchmark flag is: in a thread that has already run these shapes (the
-        baseline, an earlier cell), ``benchmark = True`` would reuse the plans chosen without
-        it, search nothing, and measure about 1.0x. Everything else runs in the calling thread,
-        where training runs (a CPU's thread count is a property of the calling thread).
-        """
-        if not self.own_thread:
-            return fn(*args, **kwargs)
-        if self._thread is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="torchhw-cudnn-benchmark")
-            if self.device.type == "cuda":  # a new thread starts on cuda:0
-                self._thread.submit(torch.cuda.set_device, self.device).result()
-        return self._thread.submit(fn, *args, **kwargs).result()
 
     def describe(self) -> str:
         """One line: what this configuration changes in training."""
@@ -318,7 +295,7 @@ class Prepared:
             parts.append("TF32 matmuls and convolutions" if self.tf32
                          else "fp32 matmuls and convolutions in full precision (TF32 off)")
             if self.cudnn_benchmark:
-                parts.append("cudnn.benchmark (in its own thread)")
+                parts.append("cudnn.benchmark")
         if self.batch_factor != 1:
             parts.append(f"{self.batch_factor}x the batch")
         if self.step_model is not self.model:

@@ -153,8 +153,8 @@ def _step(setup: Setup, deadline: list[float]) -> Callable[[], float]:
     def step() -> float:
         if time.perf_counter() > deadline[0]:
             raise TrialStopped("deadline passed")
-        loss, _ = ready.call(train.train_step, ready.step_model, batch, setup.loss_fn,
-                             ready.optimizer, setup.device, scaler=ready.scaler)
+        loss, _ = train.train_step(ready.step_model, batch, setup.loss_fn, ready.optimizer,
+                                   setup.device, scaler=ready.scaler)
         return loss
     step.settings = ready.settings  # type: ignore[attr-defined]
     return step
