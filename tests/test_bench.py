@@ -96,6 +96,7 @@ def test_cost_counts_flops_and_the_bytes_each_operation_moves():
 def test_beyond_cache_sizes_a_buffer_past_the_last_level_cache():
     assert bench.beyond_cache({"L1d": 48 * 2**10, "L2": 2**21, "L3": 32 * 2**20}) == 128 * 2**20
     assert bench.beyond_cache({}) == 64 * 2**20  # nothing reported: the floor
+    assert bench.beyond_cache(None) == bench.GPU_STREAM_BYTES >= 4 * 126 * 10**6  # a GPU: past any L2
     assert bench.beyond_cache({"L3": 2**30}) == 2**30  # a huge cache: capped, memory is finite
 
 

@@ -258,7 +258,7 @@ def has_fast_kernel(dtype: torch.dtype, device: torch.device | str, n: int | Non
     (:func:`torchhw.device.dtype_support`: bf16 on a GPU older than Ampere) is not timed:
     (False, 0.0). A CUDA or XPU GPU describes its arithmetic itself (compute capability,
     properties), so a dtype it has natively is not timed either: (True, nan). Natively is not
-    quickly, though: fp64 on a T4 or a consumer GPU runs at 1/32 of fp32's rate, a real kernel
+    quickly, though: fp64 on a T4 or a consumer GPU runs at 1/32 to 1/64 of fp32's rate, a real kernel
     that a sweep measures as it is.
     """
     if dtype == torch.float32:  # the reference itself: timing it twice would only add noise
@@ -318,14 +318,21 @@ def bandwidth(nbytes: int, device: torch.device | str, threads: int | None = Non
     ]
 
 
+GPU_STREAM_BYTES = 512 * 2**20  # four times the largest L2 of a current GPU (B200: 126 MB)
+
+
 def beyond_cache(caches: dict[str, int] | None = None, *, floor: int = 64 * 2**20,
                  cap: int = 2**30) -> int:
     """Bytes for a buffer that main memory, not a cache, must serve: four times the largest
     cache in ``caches`` (a CPU's ``{"L3": bytes, ...}``), at least ``floor`` (which is also what
-    a machine that reports no cache gets) and at most ``cap``. A working set smaller than the
-    last-level cache is fed at the cache's bandwidth, and a roofline drawn with main memory's
-    slope then has points above it."""
-    largest = max((caches or {}).values(), default=0)
+    a CPU that reports no cache, ``{}``, gets) and at most ``cap``. ``None`` stands for a GPU,
+    whose caches the survey does not read: :data:`GPU_STREAM_BYTES`, past the L2 of any GPU in
+    use today (an RTX 4090's 72 MB would serve a 64 MiB buffer from cache). A working set smaller
+    than the last-level cache is fed at the cache's bandwidth, and a roofline drawn with main
+    memory's slope then has points above it."""
+    if caches is None:
+        return GPU_STREAM_BYTES
+    largest = max(caches.values(), default=0)
     return int(min(cap, max(floor, 4 * largest)))
 
 

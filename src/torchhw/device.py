@@ -153,11 +153,12 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type not in ACCELERATORS:
         return
+    if device.type == "mps":   # torch.mps's own, which every torch since the floor has
+        torch.mps.synchronize()
+        return
     api = getattr(torch, "accelerator", None)
     if api is not None and hasattr(api, "synchronize") and accelerator() == device.type:
         api.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
     else:
         _module(device.type).synchronize(device)
 
@@ -286,9 +287,7 @@ def dtype_support(device: torch.device | str, dtype: torch.dtype) -> str | None:
         if dtype == torch.bfloat16 and not native:
             has = f"sm {cap[0]}.{cap[1]}" if cap else "this GPU"
             return f"bf16 needs compute capability 8.0 (Ampere) or later; {has} only emulates it"
-        if dtype == torch.float16 and cap is not None and cap < (7, 0):
-            return f"fp16 tensor cores need compute capability 7.0 or later; this GPU is sm {cap[0]}.{cap[1]}"
-        return None
+        return None   # fp16 and fp64 are real kernels on every CUDA GPU, fast or slow
     if kind == "xpu":
         if dtype == torch.bfloat16:
             # torch.xpu's is_bf16_supported counts emulation too, unless told not to: ask the
