@@ -64,7 +64,19 @@ def run_profile(name: str, paths: Sequence[Path], workers: int = 2,
     tail = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
     status = "passed" if done.returncode == 0 else "failed"
-    return ProfileResult(name, status, seconds, "\n".join(tail + [summary]))
+    cause = []
+    if status == "failed":
+        # the whole output kept, and the first failure's own report shown, so that a failure
+        # in CI, where the run cannot be repeated, says what happened
+        artifacts = paths[0].parent.parent / "build" / "test-artifacts"
+        artifacts.mkdir(parents=True, exist_ok=True)
+        (artifacts / f"portability-{name}.log").write_text(done.stdout + "\n" + done.stderr)
+        lines = done.stdout.splitlines()
+        first = next((i for i, line in enumerate(lines) if "= FAILURES =" in line or "= ERRORS =" in line), None)
+        if first is not None:
+            cause = ["--- the first failure's report (whole output in "
+                     f"build/test-artifacts/portability-{name}.log):"] + lines[first:first + 80]
+    return ProfileResult(name, status, seconds, "\n".join(tail + [summary] + cause))
 
 
 def main(names: Sequence[str] = (), profiles: Sequence[str] = (), folder: Path | None = None,
