@@ -225,8 +225,8 @@ def test_launch_honours_the_device_and_cleans_up(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)
     results = d.launch(workers.collectives, 2, device="cpu", echo=None)
     assert [r["device"] for r in results] == ["cpu", "cpu"]
-    assert d.placement(2, "cpu") == ("gloo", ["cpu", "cpu"])
-    assert d.placement(1, "mps") == ("gloo", ["cpu"])
+    assert (d.plan(2, "cpu").backend, d.plan(2, "cpu").devices) == ("gloo", ["cpu", "cpu"])
+    assert (d.plan(1, "mps").backend, d.plan(1, "mps").devices) == ("gloo", ["cpu"])
     assert not list(tmp_path.glob("torchhw-launch-*")), "launch left its folder behind"
 
 

@@ -29,12 +29,9 @@ def _mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
-def _xpu_initialized(required: bool = True) -> bool:
-    """An Intel GPU is here (and, when ``required``, torch has already used it)."""
+def _xpu_available() -> bool:
     xpu = getattr(torch, "xpu", None)
-    if xpu is None or not xpu.is_available():
-        return False
-    return xpu.is_initialized() if required else True
+    return bool(xpu is not None and xpu.is_available())
 
 
 def move(obj: Any, device: str | torch.device) -> Any:
@@ -60,7 +57,7 @@ def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]  # one per GPU
-    if _xpu_initialized():
+    if _xpu_available() and torch.xpu.is_initialized():
         state["xpu"] = [s.cpu() for s in torch.xpu.get_rng_state_all()]  # one per Intel GPU
     if _mps_available():
         state["mps"] = torch.mps.get_rng_state().cpu()
@@ -85,7 +82,7 @@ def set_rng_state(state: dict[str, Any], loader_generator: torch.Generator | Non
     if "cuda" in state and torch.cuda.is_available():
         for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(cuda_state.cpu(), index)
-    if "xpu" in state and _xpu_initialized(required=False):
+    if "xpu" in state and _xpu_available():
         for index, xpu_state in enumerate(state["xpu"][:torch.xpu.device_count()]):
             torch.xpu.set_rng_state(xpu_state.cpu(), index)
     if "mps" in state and _mps_available():

@@ -125,12 +125,6 @@ def plan(nprocs: int, device: Any) -> Placement:
     return Placement(decided[0][0], [d for _, d, _ in decided], decided[0][2])
 
 
-def placement(nprocs: int, device: Any = "cpu") -> tuple[str, list[str]]:
-    """:func:`plan` as (backend, devices)."""
-    p = plan(nprocs, device)
-    return p.backend, p.devices
-
-
 @contextmanager
 def environ(**values: str) -> Iterator[None]:
     """Set environment variables for the duration of a ``with`` block, then restore them."""
@@ -320,7 +314,7 @@ def launch(fn: Callable[..., Any], nprocs: int = 2, args: Sequence[Any] = (), *,
            echo: Callable[[str], None] | None = print) -> list[Any]:
     """Run ``fn(RankInfo, *args)`` on ``nprocs`` new processes; return each rank's result.
 
-    - ``device``: the kind of hardware every rank runs on (see :func:`placement`).
+    - ``device``: the kind of hardware every rank runs on (see :func:`plan`).
     - ``threads``: intra-op threads per rank (1 by default: N ranks on N cores).
     - ``timeout``: seconds for the whole job; ``collective_timeout``: for one collective
       (and the rendezvous), so a rank waiting for a dead peer fails instead of hanging.

@@ -45,7 +45,6 @@ class Setup:
     channels_last: bool = False  # the model's weights, and so its inputs, in NHWC
     batch_factor: int = 1  # examples per step, as a multiple of the batch asked for
     tf32: bool = False  # CUDA: fp32 matmuls and convolutions in TF32; else in true fp32
-    cudnn_benchmark: bool = False  # CUDA: cuDNN times its algorithms for each new shape
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,6 @@ def _tf32(setup: Setup) -> None:
 
 def _tf32_check(setup: Setup) -> str | None:
     return devices.tf32_support(setup.device)
-
-
-def _cudnn_benchmark(setup: Setup) -> None:
-    setup.cudnn_benchmark = True
 
 
 def _cudnn_benchmark_check(setup: Setup) -> str | None:
@@ -190,7 +185,8 @@ def default_knobs(compile: bool = False, compile_why: str = "") -> list[Knob]:
              "(the baseline runs both in true fp32, although torch's default lets convolutions "
              "use TF32)", _tf32_check, _tf32),
         Knob("cudnn_benchmark", True, "cuDNN times its algorithms once per input shape",
-             _cudnn_benchmark_check, _cudnn_benchmark),
+             _cudnn_benchmark_check,
+             lambda s: s.settings.append(_set_flag(torch.backends.cudnn, "benchmark", True))),
         Knob("threads", "half", "half the CPU threads (small work loses to thread overhead)",
              _fewer_threads, _halve_threads),
         Knob("batch_size", "double", "twice the examples per step: the per-step costs (Python, "
@@ -276,7 +272,6 @@ class Prepared:
     batch_factor: int = 1  # train on batch_size(asked) examples per step
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     tf32: bool = False
-    cudnn_benchmark: bool = False
 
     def batch_size(self, asked: int) -> int:
         """The examples per step to train with, for a run that asked for ``asked``."""
@@ -294,8 +289,6 @@ class Prepared:
         if self.device.type == "cuda":
             parts.append("TF32 matmuls and convolutions" if self.tf32
                          else "fp32 matmuls and convolutions in full precision (TF32 off)")
-            if self.cudnn_benchmark:
-                parts.append("cudnn.benchmark")
         if self.batch_factor != 1:
             parts.append(f"{self.batch_factor}x the batch")
         if self.step_model is not self.model:
@@ -316,7 +309,7 @@ def prepare(setup: Setup) -> Prepared:
         group.update(setup.optimizer_options)
     scaler = torch.amp.GradScaler(setup.device.type) if setup.scaler else None
     return Prepared(model, step_model, optimizer, scaler, settings(setup), setup.threads,
-                    setup.batch_factor, setup.device, setup.tf32, setup.cudnn_benchmark)
+                    setup.batch_factor, setup.device, setup.tf32)
 
 
 def settings(setup: Setup) -> Callable[[], Any]:
@@ -325,7 +318,7 @@ def settings(setup: Setup) -> Callable[[], Any]:
 
     On CUDA every setting a knob could change is set either way, so that a configuration
     without the knob is what its name says: fp32 in true fp32 unless the tf32 knob is on
-    (torch's default would run convolutions in TF32), cudnn.benchmark off unless asked for.
+    (torch's default would run convolutions in TF32), cudnn.benchmark off unless a setting turns it on.
     """
     @contextmanager
     def active() -> Iterator[None]:
@@ -333,8 +326,7 @@ def settings(setup: Setup) -> Callable[[], Any]:
             stack.enter_context(using_threads(setup.threads)())
             if setup.device.type == "cuda":
                 stack.enter_context(devices.fp32_precision("tf32" if setup.tf32 else "ieee"))
-                stack.enter_context(_set_flag(torch.backends.cudnn, "benchmark",
-                                              setup.cudnn_benchmark)())
+                stack.enter_context(_set_flag(torch.backends.cudnn, "benchmark", False)())
             for setting in setup.settings:
                 stack.enter_context(setting())
             yield

@@ -192,16 +192,16 @@ def _plan(applicable: Sequence[Knob]) -> list[list[Knob]]:
 
 
 def applicability(knobs: Sequence[Knob], fresh: Callable[[], Setup]) -> tuple[list[Knob], dict[str, str]]:
-    """The knobs that apply to ``fresh()``'s setup on its device, and for the others why not
-    (the reasons a report card keeps). Decided from what the device is, before anything runs."""
-    applicable, reasons = [], {}
+    """The knobs that apply to ``fresh()``'s setup on its device, and for each other one (by
+    label) why not. Decided from what the device is, before anything runs."""
+    applicable, why_not = [], {}
     for knob in knobs:
         why = knob.check(fresh())
         if why is None:
             applicable.append(knob)
         else:
-            reasons[knob_label(knob)] = f"not applicable: {why}"
-    return applicable, reasons
+            why_not[knob_label(knob)] = why
+    return applicable, why_not
 
 
 def choose(trials: Sequence[Trial]) -> Trial | None:
@@ -263,11 +263,9 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
                      loss_fn, make_optimizer)
 
     trials: list[Trial] = []
-    applicable, reasons = applicability(knobs, fresh)
-    for knob in knobs:
-        if knob not in applicable:
-            why = reasons[knob_label(knob)].removeprefix("not applicable: ")
-            trials.append(Trial(knob_label(knob), [knob_label(knob)], "not applicable", why))
+    applicable, why_not = applicability(knobs, fresh)
+    reasons = {name: f"not applicable: {why}" for name, why in why_not.items()}
+    trials += [Trial(name, [name], "not applicable", why) for name, why in why_not.items()]
 
     # the baseline: one private copy, stepped in every trial's rounds
     base_setup, base_deadline = fresh(), [float("inf")]
