@@ -13,7 +13,8 @@
 #   make learner    a fresh venv with only the learner's dependencies runs notebook 01
 #   make colab      Colab's setup cell in a venv with Colab's versions: nothing is upgraded
 #   make system     find or install chromium, npm and shellcheck, which the tests need
-#   make stress     run the 2-rank and 2-node DDP jobs 50 times each and count failures (ARGS="--runs N")
+#   make stress     run the 2-rank launch, the fault-free and the crashing 2-node DDP jobs 50 times
+#                   each; count every failure and print its cause (ARGS="--runs N")
 #   make gpu-check  on a CUDA GPU: the `gpu` tests and every notebook with device cuda, a dated
 #                   report in reference/gpu-check/ and a card in reference/cards/; needs only a
 #                   Python with torch (no .venv), installs what is missing from build/gpu-wheels/

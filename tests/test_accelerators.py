@@ -392,42 +392,56 @@ class _Joined(Exception):
     pass
 
 
-def _ranks_of_08(p: Profile, present, monkeypatch, one_machine: bool) -> list[tuple[str, str]]:
-    """Run 08's train.py up to init_process_group, for two simulated nodes of one rank each
-    (each LOCAL_RANK 0, as torchrun numbers them), and return each rank's (backend, device)."""
+def _ranks_of_train(p: Profile, present, monkeypatch, *flags: str) -> list[tuple[str, str]]:
+    """Run the course's training script (what 08 and the job files run) up to joining the
+    process group, for two simulated nodes of one rank each (each LOCAL_RANK 0, as torchrun
+    numbers them), and return each rank's (backend, device)."""
+    from torchhw.distributed import train as script
+
     present(p)
-    stub = types.ModuleType("ddp_train")   # train.py imports nothing of 07's, but be safe
-    monkeypatch.setitem(sys.modules, "ddp_train", stub)
-    script = _module_from_writefile("08_clusters.ipynb", "train", monkeypatch)
     got = []
     for rank in range(2):
         joined = {}
 
-        def init_generation(backend, joined=joined):
+        def init_generation(backend, joined=joined, **timeouts):
             joined["backend"] = backend
             raise _Joined
-        script.init_generation = init_generation
+        monkeypatch.setattr(script, "init_generation", init_generation)
         present.set_devices.clear()
         for k, v in {"RANK": rank, "LOCAL_RANK": 0, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 1,
                      "GROUP_RANK": rank}.items():
             monkeypatch.setenv(k, str(v))
-        argv = ["train.py", "--checkpoint", "c.pt", "--out", "o.json", "--device", p.kind]
-        monkeypatch.setattr(sys, "argv", argv + (["--one-machine"] if one_machine else []))
         monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
         with pytest.raises(_Joined):
-            script.main()
+            script.main(["--checkpoint", "c.pt", "--out", "o.json", "--device", p.kind, *flags])
         got.append((joined["backend"], present.set_devices[-1] if present.set_devices else "cpu"))
     return got
 
 
-def test_08_two_simulated_nodes_never_put_two_nccl_ranks_on_one_gpu(present, monkeypatch):
+def test_two_simulated_nodes_never_put_two_nccl_ranks_on_one_gpu(present, monkeypatch):
     """Finding 1: each simulated node counts its ranks from LOCAL_RANK 0; with --one-machine the
-    ranks spread over this machine's GPUs (NCCL, a GPU each) or share one over gloo."""
-    assert _ranks_of_08(NODE, present, monkeypatch, True) == [("nccl", "cuda:0"), ("nccl", "cuda:1")]
-    assert _ranks_of_08(T4, present, monkeypatch, True) == [("gloo", "cuda:0"), ("gloo", "cuda:0")]
+    ranks spread over this machine's GPUs (NCCL, a GPU each); too few GPUs is an error unless
+    sharing them over gloo is asked for (08 asks, a production job does not)."""
+    assert _ranks_of_train(NODE, present, monkeypatch, "--one-machine") == [("nccl", "cuda:0"), ("nccl", "cuda:1")]
+    with pytest.raises(RuntimeError, match="needs one GPU per process"):
+        _ranks_of_train(T4, present, monkeypatch, "--one-machine")
+    assert _ranks_of_train(T4, present, monkeypatch, "--one-machine", "--share-gpus") == \
+        [("gloo", "cuda:0"), ("gloo", "cuda:0")]
     # on a real cluster each node's LOCAL_RANK 0 has a GPU of its own
-    assert _ranks_of_08(T4, present, monkeypatch, False) == [("nccl", "cuda:0"), ("nccl", "cuda:0")]
-    assert "--one-machine" in _cell_source("08_clusters.ipynb", "def train_args(")
+    assert _ranks_of_train(T4, present, monkeypatch) == [("nccl", "cuda:0"), ("nccl", "cuda:0")]
+    cell = _cell_source("08_clusters.ipynb", "def train_args(")
+    assert "--one-machine" in cell and "--share-gpus" in cell
+
+
+def test_a_node_with_fewer_gpus_than_processes_fails_loudly(present, monkeypatch):
+    from torchhw.distributed import train as script
+
+    present(T4)
+    for k, v in {"RANK": 1, "LOCAL_RANK": 1, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 2}.items():
+        monkeypatch.setenv(k, str(v))
+    args = script.parser.parse_args(["--checkpoint", "c", "--out", "o", "--device", "cuda"])
+    with pytest.raises(RuntimeError, match=r"2 processes on this node but only 1 CUDA GPU.*--nproc-per-node=1"):
+        script.place(args)
 
 
 # ------------------------------------------------------------------ 07's communication timing

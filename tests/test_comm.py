@@ -2,7 +2,7 @@
 
 import pytest
 
-from torchhw import comm
+from torchhw.distributed import comm
 
 
 def test_bandwidths_follow_nccl_tests():

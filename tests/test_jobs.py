@@ -1,31 +1,38 @@
-"""One job description, two schedulers: the Slurm script and the PyTorchJob are checked by
-running them. The Slurm script runs under stand-ins for srun and scontrol (tests/slurm_standin)
-that start one torchrun agent per node on 127.0.0.1 with the SLURM_* variables; the PyTorchJob
-validates against the Kubeflow training operator's models and its container command runs once
-per replica with the PET_* variables the operator sets. Both survive an injected crash."""
+"""One job description, three schedulers: the Slurm script, the PyTorchJob and the TrainJob are
+checked against their schemas (shellcheck, the v1 operator's models, Trainer v2's models) and
+then run. The Slurm script runs under stand-ins for srun, scancel and scontrol
+(tests/slurm_standin) that start one torchrun agent per node on 127.0.0.1 with the SLURM_*
+variables; the Kubernetes files' container commands run once per pod with the PET_* variables
+their controllers set, restarted the way each controller restarts (tests/k8s_standin.py).
+Each survives a crash on the second node and a preemption notice, and ends with the weights of
+a run without a fault."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from torchhw import agents, jobs
+from torchhw.distributed import agents, jobs
 from torchhw.distributed import free_port
 
 from conftest import leftovers
+from k8s_standin import Pods
 
 HERE = Path(__file__).parent
-FIXTURES = str(HERE / "fixtures_distributed.py")
 STANDIN = HERE / "slurm_standin"
+IMAGE = "registry.example.org/digits:1.4.2"
 
 
 @pytest.fixture(params=[dict(nodes=2, gpus_per_node=4), dict(nodes=3, cpus_per_proc=8), dict(nodes=1)])
 def job(request):
-    return jobs.Job("digits-ddp", args=["train", "--steps", "100"], **request.param)
+    return jobs.Job("digits-ddp", image=IMAGE, **request.param)
 
 
 def test_slurm_script_matches_the_job(job):
@@ -38,6 +45,14 @@ def test_slurm_script_matches_the_job(job):
     assert 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1' in script
     assert "source /shared/venv/bin/activate" in script
     assert f"--nnodes={job.nodes}" in script and "--rdzv-backend=c10d" in script
+    assert "#SBATCH --exclusive" in script and '--output="logs/$SLURM_JOB_ID/node%n.out"' in script
+    assert "--log-dir=logs/$SLURM_JOB_ID" in script and "# export NCCL_SOCKET_IFNAME=" in script
+    # the notice stops the step's processes with SIGTERM (never srun itself), then requeues
+    notice = script[script.index("notice() {"):script.index("trap notice USR1")]
+    assert notice.index('scancel --signal=TERM') < notice.index("wait") < notice.index("scontrol requeue")
+    # the port: per job, and below Linux's ephemeral range (32768-60999)
+    port = re.search(r"port=\$\(\((\d+) \+ SLURM_JOB_ID % (\d+)\)\)", script)
+    assert port and int(port[1]) + int(port[2]) <= 32768 and int(port[1]) >= 1024
 
 
 def test_slurm_script_passes_shellcheck(tmp_path, job):
@@ -80,10 +95,48 @@ def test_pytorchjob_validates_against_the_operator_models(job):
     assert limits["cpu"] == str(job.cpus_per_node) and limits.get("nvidia.com/gpu", "0") == str(job.gpus_per_node)
 
 
+    assert spec["runPolicy"]["schedulingPolicy"]["minAvailable"] == job.nodes  # a gang
+    container = pod["containers"][0]
+    assert container["image"] == IMAGE and container["command"][0] == "torchrun"
+    assert job.script.startswith(job.shared_dir + "/")  # the code is on the mounted volume
+    assert pod["terminationGracePeriodSeconds"] > job.stop_grace_s
+    assert {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(job.stop_grace_s)} in container["env"]
+
+
+def trainer_round_trip(document):
+    """The same round trip through Kubeflow Trainer v2's models (pydantic)."""
+    models = pytest.importorskip("kubeflow_trainer_api.models", reason="pip install kubeflow-trainer-api")
+    cls = {"TrainJob": models.TrainerV1alpha1TrainJob,
+           "TrainingRuntime": models.TrainerV1alpha1TrainingRuntime}[document["kind"]]
+    return cls.from_dict(document).to_dict()
+
+
+def test_trainjob_and_its_runtime_validate_against_trainer_v2_models(job):
+    runtime, train = yaml.safe_load_all(jobs.trainjob_yaml(job))
+    assert trainer_round_trip(runtime) == runtime and trainer_round_trip(train) == train
+    assert train["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
+                                           "kind": "TrainingRuntime", "name": runtime["metadata"]["name"]}
+    trainer = train["spec"]["trainer"]
+    assert trainer["numNodes"] == job.nodes and trainer["numProcPerNode"] == job.procs_per_node
+    assert trainer["image"] == IMAGE and "--max-restarts=0" in trainer["command"]
+    spec = runtime["spec"]
+    assert spec["mlPolicy"]["numNodes"] == job.nodes and "torch" in spec["mlPolicy"]
+    assert spec["podGroupPolicy"]["coscheduling"]["scheduleTimeoutSeconds"] > 0  # a gang
+    assert spec["template"]["spec"]["failurePolicy"]["maxRestarts"] == job.max_restarts
+    node = spec["template"]["spec"]["replicatedJobs"][0]
+    assert node["name"] == "node"
+    pod = node["template"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["name"] == "node"  # the container the torch plugin configures
+    assert {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]} == {job.shared_dir, "/dev/shm"}
+
+
 def test_a_misspelt_field_is_caught():
-    manifest = jobs.pytorchjob(jobs.Job("x"))
+    manifest = jobs.pytorchjob(jobs.Job("x", image=IMAGE))
     manifest["spec"]["elasticPolicy"]["rdzvBackedn"] = "c10d"
     assert kubeflow_round_trip(manifest) != manifest
+    runtime, train = yaml.safe_load_all(jobs.trainjob_yaml(jobs.Job("x", image=IMAGE)))
+    train["spec"]["trainer"]["numNode"] = 2
+    assert trainer_round_trip(train) != train
 
 
 def test_bad_jobs_are_refused():
@@ -91,62 +144,213 @@ def test_bad_jobs_are_refused():
         jobs.Job("x", gpus_per_node=2, procs_per_node=4)
     with pytest.raises(ValueError, match="lower-case"):
         jobs.Job("My_Job")
+    for image in (None, "registry.example.org/digits", "registry.example.org/digits:latest",
+                  "localhost:5000/digits"):
+        with pytest.raises(ValueError, match="pinned"):
+            jobs.pytorchjob(jobs.Job("x", image=image))
+    jobs.pytorchjob(jobs.Job("x", image="localhost:5000/digits@sha256:" + "0" * 64))
+    with pytest.raises(ValueError, match="shorter than the notice"):
+        jobs.Job("x", notice_s=60, stop_grace_s=60)
+
+
+def test_write_job_writes_the_script_and_every_file(tmp_path):
+    paths = jobs.write_job(jobs.Job("digits-ddp", image=IMAGE), tmp_path)
+    assert set(paths) == {"train.py", "digits-ddp.sbatch", "digits-ddp.pytorchjob.yaml",
+                          "digits-ddp.trainjob.yaml"}
+    assert paths["train.py"].read_text() == (Path(jobs.__file__).parent / "train.py").read_text()
+    assert "DistributedDataParallel" in paths["train.py"].read_text()
+    assert "register_comm_hook" not in paths["train.py"].read_text()  # plain DDP
 
 
 # --------------------------------------------------------------------------- run them
+# 2 nodes x 2 processes: with four ranks the order in which an all-reduce adds matters, so an
+# exact resume is a real test. A checkpoint every 4 steps; the drills act after step 6.
+STEPS, EVERY, AT = 12, 4, 6
 
-def small_job(tmp_path, crash: bool) -> jobs.Job:
-    args = ["train", "--steps", "8", "--every", "4", "--checkpoint", str(tmp_path / "ckpt.pt"),
-            "--out", str(tmp_path / "result.json")]
-    if crash:
-        args += ["--crash-at", "5", "--crash-node", "1", "--crash-marker", str(tmp_path / "crashed")]
+
+def small_job(folder: Path, *drill: str) -> jobs.Job:
+    """The course's training script on 2 x 2 CPU ranks, everything in ``folder``."""
+    shared = folder / "shared"
+    (shared / "ckpt").mkdir(parents=True, exist_ok=True)
+    args = ["--steps", str(STEPS), "--every", str(EVERY), "--checkpoint", str(shared / "ckpt" / "job.pt"),
+            "--out", str(shared / "ckpt" / "job.json"), "--drill-marker", str(shared / "drill"), *drill]
     venv = Path(sys.executable).parent
-    return jobs.Job("small", script=FIXTURES, args=args, nodes=2, cpus_per_proc=1, max_restarts=1,
-                    setup=[f'export PATH="{venv}:$PATH"'])
+    job = jobs.Job("small", script=str(shared / "train.py"), args=args, nodes=2, procs_per_node=2,
+                   cpus_per_proc=1, max_restarts=jobs.DRILL_RESTARTS, stop_grace_s=30,
+                   setup=[f'export PATH="{venv}:$PATH"'], shared_dir=str(shared), image=IMAGE)
+    (shared / "train.py").write_text(jobs.train_script())
+    return job
 
 
-def run_slurm_script(job: jobs.Job, folder: Path) -> subprocess.CompletedProcess:
-    script = folder / "job.sbatch"
+def result(job: jobs.Job) -> dict:
+    return json.loads(Path(job.args[job.args.index("--out") + 1]).read_text())
+
+
+def drill_note(job: jobs.Job) -> str:
+    return Path(job.args[job.args.index("--drill-marker") + 1]).read_text()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The digest of the same job without a fault: 2 torchrun agents of 2 ranks each."""
+    folder = tmp_path_factory.mktemp("reference")
+    job = small_job(folder)
+    agents.torchrun(job.script, job.args, nproc_per_node=2, nnodes=2, echo=None, timeout=180)
+    return result(job)["digest"]
+
+
+def resumed(text: str, step: int) -> bool:
+    """Every one of the four ranks said it resumed from ``step``."""
+    return all(f"rank {r}: generation" in text and f"resumed from step {step}" in text for r in range(4)) \
+        and len(re.findall(rf"rank \d: generation \d+, resumed from step {step}", text)) >= 4
+
+
+# ------------------------------------------------------------------ Slurm
+
+def slurm_env(folder: Path, job_id: int, restart: int = 0) -> dict[str, str]:
+    return dict(os.environ, PATH=f"{STANDIN}:{os.environ['PATH']}", SLURM_JOB_ID=str(job_id),
+                SLURM_JOB_NODELIST="node[0-1]", SLURM_NNODES="2", SLURM_CPUS_PER_TASK="2",
+                SLURM_JOB_NAME="small", SLURM_RESTART_COUNT=str(restart), SLURM_STANDIN_DIR=str(folder))
+
+
+def node_logs(folder: Path, job_id: int) -> str:
+    return "\n".join(p.read_text() for p in sorted((folder / "logs" / str(job_id)).glob("node*.out")))
+
+
+def test_the_slurm_script_survives_a_crash(tmp_path, reference):
+    job = small_job(tmp_path, "--crash-at", str(AT))
+    script = tmp_path / "small.sbatch"
     script.write_text(jobs.slurm_script(job))
-    env = dict(os.environ, PATH=f"{STANDIN}:{os.environ['PATH']}", SLURM_JOB_ID=str(free_port()),
-               SLURM_JOB_NODELIST="node[0-1]", SLURM_NNODES="2", SLURM_CPUS_PER_TASK="1",
-               SLURM_JOB_NAME=job.name)
-    return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=180)
-
-
-def run_pytorchjob(job: jobs.Job) -> list[agents.RunResult]:
-    manifest = jobs.pytorchjob(job)
-    worker = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]
-    command = worker["template"]["spec"]["containers"][0]["command"]
-    assert command[0] == "torchrun"
-    launcher = [sys.executable, "-m", "torch.distributed.run"]
-    env = jobs.operator_env(job, f"127.0.0.1:{free_port()}")
-    return agents.run_agents([launcher + command[1:]] * worker["replicas"],
-                             envs=[env] * worker["replicas"], echo=None, timeout=180)
-
-
-def test_both_cluster_files_run_and_survive_a_crash(tmp_path):
-    """Each file runs the same 2-node job, whose second node crashes once after the checkpoint
-    at step 4: both must restart, resume from step 4 and end with the same weights.
-
-    That the weights also equal a run without a fault is proven for the same training script
-    by test_distributed's 2-node crash case (`make stress`) and, for 08's script, by 08 itself;
-    repeating a fault-free run here would cost another torchrun job."""
-    digests = {}
-    slurm = tmp_path / "slurm"
-    slurm.mkdir()
-    result = run_slurm_script(small_job(slurm, crash=True), slurm)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    assert (slurm / "crashed").exists() and "resumed from step 4" in result.stdout
-    digests["slurm"] = json.loads((slurm / "result.json").read_text())["digest"]
+    job_id = 10000 + free_port() % 20000
+    run = subprocess.run(["bash", str(script)], cwd=tmp_path, env=slurm_env(tmp_path, job_id),
+                         capture_output=True, text=True, timeout=240)
+    logs = node_logs(tmp_path, job_id)
+    assert run.returncode == 0, (run.stdout + run.stderr + logs)[-4000:]
+    assert "crashed after step 6" in drill_note(job) and resumed(logs, 4), logs[-3000:]
+    assert result(job)["digest"] == reference
     assert not leftovers()
 
-    k8s = tmp_path / "pytorchjob"
-    k8s.mkdir()
-    results = run_pytorchjob(small_job(k8s, crash=True))
-    assert all(r.returncode == 0 for r in results), results[0].output[-3000:]
-    assert (k8s / "crashed").exists()
-    assert "resumed from step 4" in "\n".join(r.output for r in results)
-    digests["pytorchjob"] = json.loads((k8s / "result.json").read_text())["digest"]
-    assert digests["slurm"] == digests["pytorchjob"], digests
+
+def test_the_slurm_notice_ends_in_a_checkpoint_a_requeue_and_an_exact_resume(tmp_path, reference):
+    """USR1 to the batch script (--signal=B:USR1@...): the trap stops the step with SIGTERM,
+    the workers save the step they finished and exit, the script requeues the job; the
+    requeued run resumes from that step and ends with the fault-free weights."""
+    job = small_job(tmp_path, "--hold-at", str(AT))
+    script = tmp_path / "small.sbatch"
+    script.write_text(jobs.slurm_script(job))
+    job_id = 10000 + free_port() % 20000
+    batch = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=slurm_env(tmp_path, job_id),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while f"holding after step {AT}" not in node_logs(tmp_path, job_id):
+            assert batch.poll() is None and time.monotonic() < deadline, node_logs(tmp_path, job_id)[-3000:]
+            time.sleep(0.2)
+        batch.send_signal(signal.SIGUSR1)  # what Slurm sends notice_s before the time limit
+        out, _ = batch.communicate(timeout=120)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    logs = node_logs(tmp_path, job_id)
+    assert batch.returncode == 0 and "requeueing" in out, (out + logs)[-4000:]
+    assert (tmp_path / "requeued").read_text().split() == [str(job_id)]
+    assert f"stopped by a signal after step {AT}" in drill_note(job)
+    assert len(re.findall(rf"stop signal SIGTERM: checkpoint of step {AT} saved", logs)) == 4, logs[-3000:]
+    assert not Path(job.args[job.args.index("--out") + 1]).exists()
+    assert not leftovers()
+    # Slurm starts the script again from the top, on the same job id
+    again = subprocess.run(["bash", str(script)], cwd=tmp_path, env=slurm_env(tmp_path, job_id, restart=1),
+                           capture_output=True, text=True, timeout=240)
+    logs = node_logs(tmp_path, job_id)
+    assert again.returncode == 0, (again.stdout + again.stderr + logs)[-4000:]
+    assert resumed(logs, AT) and result(job)["digest"] == reference
+    assert not leftovers()
+
+
+# ------------------------------------------------------------------ Kubernetes
+
+def container(manifest_pod: dict) -> tuple[list[str], dict[str, str]]:
+    """The container's command, with torchrun as this Python's module, and its variables."""
+    c = manifest_pod["containers"][0] if "containers" in manifest_pod else manifest_pod
+    command = c["command"]
+    assert command[0] == "torchrun"
+    return [sys.executable, "-m", "torch.distributed.run", *command[1:]], \
+        {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+def run_pytorchjob(job: jobs.Job, on_line=None) -> Pods:
+    """The PyTorchJob's pods under the v1 operator: each restarted alone (OnFailure)."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    manifest = jobs.pytorchjob(job)
+    worker = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]
+    command, env = container(worker["template"]["spec"])
+    # the c10d rendezvous store lives in this process, standing for the pod that the
+    # operator's endpoint names, so no pod's exit takes it away from the others
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=240))
+    env.update(jobs.operator_env(job, f"127.0.0.1:{port}"))
+    pods = Pods([command] * worker["replicas"], [env] * worker["replicas"], restart="pod",
+                max_restarts=manifest["spec"]["runPolicy"]["backoffLimit"], on_line=on_line)
+    try:
+        pods.run(timeout=240)
+    finally:
+        del store
+    return pods
+
+
+def evict_when_holding(node: int):
+    def on_line(pods: Pods, i: int, line: str) -> None:
+        if f"holding after step {AT}" in line:
+            pods.terminate(node)
+    return on_line
+
+
+def test_the_pytorchjob_survives_a_crash_and_an_eviction(tmp_path, reference):
+    crash = small_job(tmp_path / "crash", "--crash-at", str(AT))
+    pods = run_pytorchjob(crash)
+    assert "crashed after step 6" in drill_note(crash) and resumed(pods.output, 4), pods.tail()
+    assert result(crash)["digest"] == reference
+    assert not leftovers()
+
+    # one pod evicted (SIGTERM to its torchrun): every rank saves step 6 and stops; the
+    # operator starts the pod again, the other pod's agent restarts its workers, all resume
+    evicted = small_job(tmp_path / "evict", "--hold-at", str(AT))
+    pods = run_pytorchjob(evicted, on_line=evict_when_holding(1))
+    assert "SIGTERM to pod 1" in pods.events and "pod 1 restarted" in pods.events, pods.tail()
+    assert f"stopped by a signal after step {AT}" in drill_note(evicted)
+    assert resumed(pods.output, AT) and result(evicted)["digest"] == reference, pods.tail()
+    assert not leftovers()
+
+
+def run_trainjob(job: jobs.Job, on_line=None) -> Pods:
+    """The TrainJob's nodes under Trainer v2: static rendezvous at node 0, and any failure
+    recreates every node (the JobSet's failurePolicy)."""
+    runtime, train = yaml.safe_load_all(jobs.trainjob_yaml(job))
+    trainer = train["spec"]["trainer"]
+    command, env = container(trainer)
+    port = free_port()
+    envs = [dict(env, **jobs.trainer_env(job, i, "127.0.0.1", port)) for i in range(trainer["numNodes"])]
+    pods = Pods([command] * trainer["numNodes"], envs, restart="gang",
+                max_restarts=runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"],
+                on_line=on_line)
+    pods.run(timeout=240)
+    return pods
+
+
+def test_the_trainjob_survives_a_crash_and_a_preemption(tmp_path, reference):
+    crash = small_job(tmp_path / "crash", "--crash-at", str(AT))
+    pods = run_trainjob(crash)
+    assert "every pod recreated" in pods.events and "crashed after step 6" in drill_note(crash)
+    assert resumed(pods.output, 4) and result(crash)["digest"] == reference, pods.tail()
+    assert not leftovers()
+
+    preempted = small_job(tmp_path / "preempt", "--hold-at", str(AT))
+    pods = run_trainjob(preempted, on_line=evict_when_holding(1))
+    assert "SIGTERM to pod 1" in pods.events and "every pod recreated" in pods.events, pods.tail()
+    assert f"stopped by a signal after step {AT}" in drill_note(preempted)
+    assert resumed(pods.output, AT) and result(preempted)["digest"] == reference, pods.tail()
     assert not leftovers()

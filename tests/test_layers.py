@@ -21,16 +21,23 @@ LAYERS: dict[str, int] = {
     # ground: knows no other torchhw module
     "torchhw": 0, "torchhw.hardware": 0, "torchhw.data": 0, "torchhw.models": 0,
     "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.measurements": 0, "torchhw.checks": 0,
-    "torchhw.params": 0, "torchhw.device": 0, "torchhw.comm": 0, "torchhw.elastic": 0,
-    "torchhw.cpu": 0, "torchhw.guard": 0,
+    "torchhw.params": 0, "torchhw.device": 0, "torchhw.cpu": 0,
+    "torchhw.distributed.comm": 0, "torchhw.distributed.elastic": 0,
+    "torchhw.distributed.processes": 0,
     # built on the ground
     "torchhw.peak": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1,
-    "torchhw.distributed": 1, "torchhw.notebook": 1, "torchhw.knobs": 1,
+    "torchhw.notebook": 1, "torchhw.knobs": 1,
+    "torchhw.distributed.placement": 1, "torchhw.distributed.diagnosis": 1,
+    "torchhw.distributed.guard": 1,
     # built on those
-    "torchhw.agents": 2, "torchhw.tune": 2, "torchhw.cards": 2,
-    "torchhw.jobs": 3,
+    "torchhw.tune": 2, "torchhw.cards": 2,
+    "torchhw.distributed.launcher": 2, "torchhw.distributed.agents": 2,
+    "torchhw.distributed.train": 2,
+    "torchhw.distributed.jobs": 3,
+    # the distributed package's face: what notebooks import from torchhw.distributed
+    "torchhw.distributed": 4,
     # what the notebooks' exercises check with
-    "torchhw.exercises": 4,
+    "torchhw.exercises": 5,
 }
 TOOLING = "torchhw.course"
 # what the learner's modules may import from outside the standard library

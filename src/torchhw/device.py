@@ -226,7 +226,7 @@ def backend_for(device: torch.device | str) -> str:
 
     torch.distributed.get_default_backend_for_device where this torch has it, else the same
     table. MPS has no collective backend: ranks there run on the CPU with gloo
-    (:func:`torchhw.distributed.placement` says so).
+    (:func:`torchhw.distributed.plan` says so).
     """
     kind = torch.device(device).type
     if kind == "mps":

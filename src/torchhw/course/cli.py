@@ -282,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="one profile (repeatable; default: all)")
     port.set_defaults(func=_portability)
 
-    st = sub.add_parser("stress", help="the 2-rank launch, the 2-node job and the 2-node crash many times; count failures")
+    st = sub.add_parser("stress", help="the 2-rank launch, the fault-free 2-node job and the 2-node crash many times; count failures")
     st.add_argument("--runs", type=int, default=50)
-    st.add_argument("--case", action="append", choices=["launch", "torchrun", "crash"],
+    st.add_argument("--case", action="append", choices=["launch", "clean", "crash"],
                     help="one case (repeatable; default: all three)")
     st.set_defaults(func=_stress)
 

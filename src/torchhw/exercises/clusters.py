@@ -65,7 +65,7 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
         raise Wrong("add --rdzv-id=SOMETHING (not empty): both nodes must name the same job.")
     if got[-2:] != ["-m", "torchhw.train"]:
         raise Wrong("end with '-m', 'torchhw.train' so torchrun runs the module.")
-    return "torchhw.agents.torchrun_command builds the same, and the Slurm script uses it."
+    return "torchhw.distributed.agents.torchrun_command builds the same, and the Slurm script uses it."
 
 
 def _culprits(report: str) -> list[int]:

@@ -4,7 +4,7 @@ Same promise as :func:`torchhw.distributed.launch`: output streamed (each node's
 prefix), failures raised with the workers' own traceback, bounded time, and no process left
 behind. Stopping torchrun takes SIGTERM to the agent, which stops its workers; killing the
 agent's process group is not enough, since workers run in process groups of their own. Each
-agent runs under :mod:`torchhw.guard`, which stops it if the launching process dies first.
+agent runs under :mod:`torchhw.distributed.guard`, which stops it if the launching process dies first.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 import psutil
 
-from .distributed import LaunchTimeout, RankFailed, free_port, stop_processes
+from .diagnosis import LaunchTimeout, RankFailed
+from .processes import free_port, stop_processes
 
 @dataclass
 class RunResult:
@@ -36,17 +37,25 @@ def torchrun_command(target: str, args: Sequence[str] = (), *, nproc_per_node: i
                      nnodes: int | str = 1, rdzv_endpoint: str | None = None,
                      rdzv_id: str = "torchhw", max_restarts: int = 0,
                      monitor_interval: float | None = 0.5,
-                     launcher: Sequence[str] | None = None) -> list[str]:
+                     launcher: Sequence[str] | None = None, log_dir: str | None = None,
+                     tee: int | None = None) -> list[str]:
     """The argv of torchrun for ``target`` (a ``.py`` script, else a module run with ``-m``).
 
     The one builder of torchrun arguments in the course: notebooks, tests and the Slurm
-    script (:mod:`torchhw.jobs`, with ``launcher=["torchrun"]``) all use it. One node with no
+    script (:mod:`torchhw.distributed.jobs`, with ``launcher=["torchrun"]``) all use it. One node with no
     endpoint is ``--standalone``; otherwise c10d rendezvous at ``rdzv_endpoint``.
+    ``log_dir``: torchrun writes each worker's output and error file under it (one folder per
+    agent and attempt); ``tee=3``: the workers' stdout and stderr go to those files and the
+    console both.
     """
     cmd = list(launcher or [sys.executable, "-m", "torch.distributed.run"])
     cmd += [f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}"]
     if monitor_interval is not None:
         cmd.append(f"--monitor-interval={monitor_interval:g}")
+    if log_dir is not None:
+        cmd.append(f"--log-dir={log_dir}")
+    if tee is not None:
+        cmd.append(f"--tee={tee}")
     if nnodes == 1 and rdzv_endpoint is None:
         cmd.append("--standalone")
     else:
@@ -84,10 +93,13 @@ def stop_agent(agent: subprocess.Popen[Any], grace: float = 10.0) -> None:
 def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threads: int = 1,
                prefixes: Sequence[str] | None = None,
                envs: Sequence[dict[str, str]] | None = None,
-               echo: Callable[[str], None] | None = print) -> list[RunResult]:
+               echo: Callable[[str], None] | None = print,
+               signal_on: tuple[str, int] | None = None) -> list[RunResult]:
     """Run torchrun agents side by side (one per simulated node); stream and return output.
 
     ``envs``: extra environment variables for each command (what a scheduler would set).
+    ``signal_on=(text, signum)``: the first time a line contains ``text``, send ``signum`` to
+    every agent (a preemption: SIGTERM, which each agent passes on to its workers).
 
     Raises LaunchTimeout past ``timeout``. Every agent and worker is stopped on return,
     on error and on KeyboardInterrupt.
@@ -99,6 +111,7 @@ def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threa
     outputs: list[list[str]] = [[] for _ in commands]
     readers = []
     lock = threading.Lock()
+    fired = threading.Event()
 
     def read(i: int, stream: Any) -> None:
         for line in stream:
@@ -106,11 +119,16 @@ def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threa
             outputs[i].append(line)
             with lock:
                 echo(prefixes[i] + line)
+            if signal_on and signal_on[0] in line and not fired.is_set():
+                fired.set()
+                for agent in agents:
+                    if agent.poll() is None:
+                        agent.send_signal(signal_on[1])  # the guard passes it on to the agent
 
     try:
         for i, cmd in enumerate(commands):
-            # under torchhw.guard, which stops the agent if this process dies without doing so
-            guarded = [sys.executable, "-m", "torchhw.guard", str(os.getpid()), "--", *cmd]
+            # under torchhw.distributed.guard, which stops the agent if this process dies without doing so
+            guarded = [sys.executable, "-m", "torchhw.distributed.guard", str(os.getpid()), "--", *cmd]
             agent = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=_agent_env(threads, envs[i] if envs else None), start_new_session=True)
             agents.append(agent)
@@ -138,12 +156,13 @@ def run_agents(commands: Sequence[Sequence[str]], *, timeout: float = 120, threa
 
 def torchrun(target: str, args: Sequence[str] = (), *, nproc_per_node: int = 2, nnodes: int = 1,
              max_restarts: int = 0, timeout: float = 120, threads: int = 1,
-             check: bool = True, echo: Callable[[str], None] | None = print) -> list[RunResult]:
+             check: bool = True, echo: Callable[[str], None] | None = print,
+             signal_on: tuple[str, int] | None = None) -> list[RunResult]:
     """Run ``target`` (script or module) under torchrun: one standalone node, or ``nnodes`` agents on this
     machine meeting through c10d rendezvous on 127.0.0.1 (a multi-node job, simulated).
 
     Returns one RunResult per node. With ``check``, a non-zero exit raises RankFailed with
-    the end of the output.
+    the end of the output. ``signal_on``: see :func:`run_agents`.
     """
     if nnodes == 1:
         commands = [torchrun_command(target, args, nproc_per_node=nproc_per_node,
@@ -166,7 +185,8 @@ def torchrun(target: str, args: Sequence[str] = (), *, nproc_per_node: int = 2, 
                                      rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=rdzv_id,
                                      max_restarts=max_restarts) for _ in range(nnodes)]
     try:
-        results = run_agents(commands, timeout=timeout, threads=threads, echo=echo)
+        results = run_agents(commands, timeout=timeout, threads=threads, echo=echo,
+                             signal_on=signal_on)
     finally:
         del store  # the store's server stops with its last reference
     bad = [i for i, r in enumerate(results) if r.returncode != 0]

@@ -27,14 +27,16 @@ import torch
 import torch.distributed as dist
 
 
-def generation_store(timeout: float = 60.0) -> tuple[dist.Store, int]:
-    """The torchrun store under a prefix all ranks of this generation share; and its number."""
+def generation_store(timeout: timedelta) -> tuple[dist.Store, int]:
+    """The torchrun store under a prefix all ranks of this generation share; and its number.
+
+    ``timeout``: how long the ranks wait for each other to arrive (and any later store call).
+    """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=not agent_store and rank == 0,
-                          timeout=timedelta(seconds=timeout))
-    deadline = time.monotonic() + timeout
+                          is_master=not agent_store and rank == 0, timeout=timeout)
+    deadline = time.monotonic() + timeout.total_seconds()
     if rank == 0:
         generation = store.add("torchhw/generation", 1)      # atomic: a number never used before
         waiting = set(range(1, world))
@@ -59,19 +61,24 @@ def generation_store(timeout: float = 60.0) -> tuple[dist.Store, int]:
     return dist.PrefixStore(f"torchhw/gen{generation}", store), generation
 
 
-def init_generation(backend: str, timeout: float = 60.0) -> int:
-    """``init_process_group`` on :func:`generation_store`; returns the generation number."""
-    store, generation = generation_store(timeout)
+def init_generation(backend: str, *, join_timeout: timedelta, timeout: timedelta) -> int:
+    """``init_process_group`` on :func:`generation_store`; returns the generation number.
+
+    Both time limits are the caller's to state (there is no default to forget):
+    ``join_timeout`` for the ranks of a generation to find each other, ``timeout`` for any one
+    collective (torch's own default is 10 minutes for NCCL, 30 for gloo).
+    """
+    store, generation = generation_store(join_timeout)
     dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]),
-                            world_size=int(os.environ["WORLD_SIZE"]),
-                            timeout=timedelta(seconds=timeout))
+                            world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
     return generation
 
 
-def agreed_step(local_step: int) -> int:
-    """Rank 0's value of ``local_step``, on every rank (rank 0 decides whether to resume)."""
-    t = torch.tensor([local_step], dtype=torch.int64)
-    if dist.get_backend() == "nccl":
-        t = t.cuda()
+def agreed_step(local_step: int, device: torch.device | str = "cpu") -> int:
+    """Rank 0's value of ``local_step``, on every rank (rank 0 decides whether to resume).
+
+    ``device``: where the backend's tensors live (this rank's GPU under NCCL or XCCL).
+    """
+    t = torch.tensor([local_step], dtype=torch.int64, device=device)
     dist.broadcast(t, src=0)
     return int(t.item())

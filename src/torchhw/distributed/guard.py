@@ -1,39 +1,31 @@
-"""Run a command and stop it when the process that started it dies (``python -m torchhw.guard``).
+"""Run a command and stop it when the process that started it dies (``python -m torchhw.distributed.guard``).
 
 torchrun agents run in sessions of their own (so that a Ctrl-C reaches the launcher, which
 stops them in order), and nothing else would stop them if the launcher were killed outright:
 a kernel restarted in the middle of a torchrun cell, for example. The guard sits between the
 launcher and the agent::
 
-    python -m torchhw.guard LAUNCHER_PID -- python -m torch.distributed.run ...
+    python -m torchhw.distributed.guard LAUNCHER_PID -- python -m torch.distributed.run ...
 
 It passes SIGTERM and SIGINT on to the command, exits with the command's status, and when the
 launcher is gone it sends the command SIGTERM (the agent then stops its workers), then
-SIGKILL if it is still running after a grace period. Standard library only, single-threaded.
+SIGKILL if it is still running after a grace period. Single-threaded; it imports no torch.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from types import FrameType
 
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (and is ours to signal)."""
-    try:
-        os.kill(pid, 0)
-    except OSError:  # gone, or its number now belongs to another user's process
-        return False
-    return True
+from .processes import alive
 
 
 def main(argv: list[str] | None = None, grace: float = 10.0) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        print("usage: python -m torchhw.guard LAUNCHER_PID -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m torchhw.distributed.guard LAUNCHER_PID -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     launcher, command = int(argv[0]), argv[2:]
     child = subprocess.Popen(command)

@@ -1,0 +1,391 @@
+"""One description of a distributed job, three ways to submit it: Slurm, PyTorchJob, TrainJob.
+
+    job = Job("digits-ddp", nodes=2, gpus_per_node=8, image="registry.example.org/digits:1.4.2")
+    write_job(job, folder)     # train.py, digits-ddp.sbatch, digits-ddp.pytorchjob.yaml,
+                               # digits-ddp.trainjob.yaml
+
+- :func:`slurm_script`: ``sbatch`` it. One torchrun agent per node, c10d rendezvous on the
+  first node, exclusive nodes, a log per node, and a time-limit notice that ends in a
+  checkpoint and a requeue.
+- :func:`pytorchjob_yaml`: the Kubeflow training operator's ``PyTorchJob`` (kubeflow.org/v1, the
+  operator Kubeflow Trainer v2 replaces), elastic with c10d, gang-scheduled.
+- :func:`trainjob_yaml`: Kubeflow Trainer v2's ``TrainJob`` and the ``TrainingRuntime`` it
+  runs on (trainer.kubeflow.org/v1alpha1), gang-scheduled; a failure restarts the whole job.
+
+Everything the files must agree on (nodes, processes per node, CPUs, memory, GPUs, restarts,
+time-outs, the program) comes from the one :class:`Job`; the torchrun command comes from
+:func:`torchhw.distributed.agents.torchrun_command`. The program is
+:mod:`torchhw.distributed.train` (``train_script()`` is its text), plain DDP, which saves a
+checkpoint when a stop signal arrives. The tests run every file under a stand-in for its
+scheduler, with a crash and a preemption notice, and compare the final weights with a run
+without a fault.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .agents import torchrun_command
+
+# The restarts the course's fault drills allow: one fault, one restart. torchrun counts them
+# per agent (each node's agent restarts its workers up to --max-restarts times), Kubernetes
+# and JobSet per job.
+DRILL_RESTARTS = 1
+# The Trainer v2 torch plugin's rendezvous port (PET_MASTER_PORT).
+TRAINER_MASTER_PORT = 29500
+
+
+@dataclass
+class Job:
+    """A multi-node torchrun job. ``procs_per_node`` defaults to one per GPU, else 1."""
+
+    name: str
+    script: str = "/shared/code/train.py"  # on the shared volume (or a path inside the image)
+    args: list[str] = field(default_factory=lambda: ["--checkpoint", "/shared/ckpt/job.pt",
+                                                     "--out", "/shared/ckpt/job.json"])
+    nodes: int = 2
+    gpus_per_node: int = 0
+    procs_per_node: int | None = None
+    cpus_per_proc: int = 4
+    memory_gib: int = 16
+    shm_gib: int = 8                       # /dev/shm for DataLoader workers and NCCL
+    time_limit: str = "01:00:00"           # Slurm's HH:MM:SS
+    notice_s: int = 120                    # the time-limit notice, seconds before the end
+    stop_grace_s: int = 60                 # a stopped worker's time to finish a step and save
+    max_restarts: int = 3                  # after a failure; see DRILL_RESTARTS for what counts
+    setup: list[str] = field(default_factory=lambda: ["source /shared/venv/bin/activate"])
+    shared_dir: str = "/shared"            # code, checkpoints and logs: a volume every node mounts
+    image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
+    partition: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.procs_per_node is None:
+            self.procs_per_node = self.gpus_per_node or 1
+        if self.nodes < 1 or self.procs_per_node < 1:
+            raise ValueError("a job needs at least one node and one process per node")
+        if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
+            raise ValueError(f"{self.procs_per_node} processes per node but only "
+                             f"{self.gpus_per_node} GPUs: NCCL needs one GPU per process")
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?", self.name):
+            raise ValueError(f"job name {self.name!r}: use lower-case letters, digits and '-', "
+                             f"at most 42 characters, starting and ending with a letter or digit "
+                             f"(Kubernetes names pods and services after it)")
+        if self.stop_grace_s >= self.notice_s:
+            raise ValueError(f"stop_grace_s ({self.stop_grace_s}) must be shorter than the "
+                             f"notice ({self.notice_s} s): the checkpoint must be written in time")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * (self.procs_per_node or 1)
+
+    @property
+    def cpus_per_node(self) -> int:
+        return self.cpus_per_proc * (self.procs_per_node or 1)
+
+    def pinned_image(self) -> str:
+        """The image, refused unless pinned: a tag other than ``latest``, or a digest."""
+        image = self.image or ""
+        last = image.rsplit("/", 1)[-1]
+        if not image or ("@sha256:" not in image and (":" not in last or last.endswith(":latest"))):
+            raise ValueError(
+                f"image {self.image!r}: a Kubernetes job needs an image pinned by a version tag "
+                f"or a digest (registry/name:1.4.2 or registry/name@sha256:...), so that every "
+                f"pod, and every pod after a restart, runs the same code; ':latest' or no tag "
+                f"can change under a running job")
+        return image
+
+
+def train_script() -> str:
+    """The text of :mod:`torchhw.distributed.train`, to copy next to a job file and edit."""
+    return (Path(__file__).parent / "train.py").read_text()
+
+
+def _shell_word(arg: str) -> str:
+    """Quote for bash, leaving $variables to expand (inside double quotes)."""
+    return f'"{arg}"' if "$" in arg else shlex.quote(arg)
+
+
+def _setup_lines(setup: list[str]) -> list[str]:
+    """The environment set-up, telling shellcheck not to look for files only the cluster has."""
+    out: list[str] = []
+    for line in setup:
+        if line.startswith(("source ", ". ")):
+            out.append("# shellcheck source=/dev/null")
+        out.append(line)
+    return out
+
+
+# NCCL and network settings differ per cluster: placeholders to fill in, commented out.
+_NETWORK = [
+    "# Network: ask your cluster's documentation, then uncomment what applies.",
+    "# export NCCL_SOCKET_IFNAME=ib0       # interface for NCCL's own connections (see `ip addr`)",
+    "# export GLOO_SOCKET_IFNAME=ib0       # the same for gloo (the CPU backend)",
+    "# export NCCL_IB_HCA=mlx5             # which InfiniBand adapters NCCL may use",
+    "# export NCCL_DEBUG=INFO              # once: which transport and topology NCCL chose",
+    "# For a hang: NCCL's flight recorder keeps each rank's last collectives and writes them",
+    "# out when the watchdog times out; read them with `torchfrtrace DIR`.",
+    "# export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+    "# export TORCH_FR_DUMP_TEMP_FILE=\"$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_\"",
+]
+
+
+def slurm_script(job: Job) -> str:
+    """An sbatch script: one torchrun agent per node (srun), c10d rendezvous on the first node."""
+    logs = "logs/$SLURM_JOB_ID"
+    command = torchrun_command(job.script, job.args, nproc_per_node=job.procs_per_node or 1,
+                               nnodes=job.nodes, rdzv_endpoint="$head_node:$port",
+                               rdzv_id="$SLURM_JOB_ID", max_restarts=job.max_restarts,
+                               monitor_interval=None, launcher=["torchrun"],
+                               log_dir=logs, tee=3)
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job.name}",
+        f"#SBATCH --nodes={job.nodes}",
+        "#SBATCH --ntasks-per-node=1            # one torchrun agent per node; it starts the ranks",
+        f"#SBATCH --cpus-per-task={job.cpus_per_node}",
+        f"#SBATCH --mem={job.memory_gib}G",
+        "#SBATCH --exclusive                    # whole nodes: no other job's traffic on the GPUs and links",
+        f"#SBATCH --time={job.time_limit}",
+        "#SBATCH --requeue                      # preempted or requeued: back in the queue",
+        f"#SBATCH --signal=B:USR1@{job.notice_s}            # {job.notice_s} s before the limit: USR1 to this script",
+        "#SBATCH --output=%x-%j.out             # this script's own lines; each node's are in logs/",
+        "#SBATCH --open-mode=append             # a requeued run adds to the logs",
+    ]
+    if job.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={job.gpus_per_node}")
+    if job.partition:
+        lines.append(f"#SBATCH --partition={job.partition}")
+    lines += [
+        "",
+        "set -euo pipefail",
+        *_setup_lines(job.setup),
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads all: no SIGPIPE',
+        "# per job, so that jobs sharing a head node do not collide; below 32768, where Linux",
+        "# hands out ephemeral ports (ip_local_port_range), so no outgoing connection holds it",
+        "port=$((10000 + SLURM_JOB_ID % 20000))",
+        f"export OMP_NUM_THREADS={job.cpus_per_proc}",
+        f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.stop_grace_s}  # see notice() below",
+        f'mkdir -p "{logs}"',
+        "",
+        *_NETWORK,
+        "",
+        "# The notice (USR1, near the time limit): SIGTERM to the job step's processes (not to",
+        "# this script), so the workers finish their step, save a checkpoint and exit; then back",
+        "# in the queue, where the next run resumes from it. torchrun gives its workers",
+        "# TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds after SIGTERM (30 unless set), then kills them.",
+        "# A preemption sends the same SIGTERM itself (the partition's GraceTime is the workers'",
+        "# time to save) and requeues the job: the workers save, and srun's failure ends this script.",
+        "# Not SIGTERM to srun: srun answers that with SIGKILL to every task, and nothing is saved.",
+        "notice() {",
+        '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint, then requeueing"',
+        '  scancel --signal=TERM "$SLURM_JOB_ID"',
+        '  wait "$srun_pid" || true',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "  exit 0",
+        "}",
+        "trap notice USR1",
+        "",
+        "echo \"$(date +%T) job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart ${SLURM_RESTART_COUNT:-0}\"",
+        "# --cpus-per-task: since Slurm 22.05 a step no longer inherits it from sbatch.",
+        "# --kill-on-bad-exit: one node's agent failing for good ends the others' too.",
+        "# --output: one log per node (%n: the node's number in the job).",
+        'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',
+        f'  --output="{logs}/node%n.out" \\',
+        "  " + " ".join(_shell_word(c) for c in command) + " &",
+        "srun_pid=$!",
+        'wait "$srun_pid"  # in the background, so the trap runs as soon as USR1 arrives',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def container_command(job: Job) -> list[str]:
+    """What each pod runs. torchrun takes the nodes, processes per node, restarts and the
+    rendezvous from the PET_* variables the operator sets; the logs go to the shared volume."""
+    return ["torchrun", f"--log-dir={job.shared_dir}/logs/{job.name}", "--tee=3",
+            job.script, *job.args]
+
+
+def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts: the shared claim (code, checkpoints,
+    logs) and a memory-backed /dev/shm (a container's default is 64 MB)."""
+    volumes = [
+        {"name": "shared", "persistentVolumeClaim": {"claimName": f"{job.name}-shared"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{job.shm_gib}Gi"}},
+    ]
+    mounts = [{"name": "shared", "mountPath": job.shared_dir},
+              {"name": "dshm", "mountPath": "/dev/shm"}]
+    return volumes, mounts
+
+
+def _env(job: Job) -> list[dict[str, str]]:
+    return [{"name": "OMP_NUM_THREADS", "value": str(job.cpus_per_proc)},
+            # torchrun's wait for its workers after SIGTERM, before SIGKILL (default 30 s)
+            {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(job.stop_grace_s)}]
+
+
+def _resources(job: Job) -> dict[str, Any]:
+    quantities: dict[str, Any] = {"cpu": str(job.cpus_per_node), "memory": f"{job.memory_gib}Gi"}
+    if job.gpus_per_node:
+        quantities["nvidia.com/gpu"] = str(job.gpus_per_node)  # a quantity: a string
+    return {"limits": dict(quantities), "requests": dict(quantities)}
+
+
+def pytorchjob(job: Job) -> dict[str, Any]:
+    """A Kubeflow PyTorchJob (training operator, kubeflow.org/v1) as a dict.
+
+    ``elasticPolicy`` with c10d: the operator sets PET_RDZV_BACKEND, PET_RDZV_ENDPOINT,
+    PET_NNODES, PET_NPROC_PER_NODE and PET_MAX_RESTARTS for torchrun, so the agents meet and
+    restart together. ``runPolicy.schedulingPolicy`` asks for gang scheduling: every pod or
+    none (the operator must run with ``--gang-scheduler-name`` set to volcano or
+    scheduler-plugins; without it one pod can start and hold its GPUs while the others wait).
+    """
+    volumes, mounts = _volumes(job)
+
+    def worker() -> dict[str, Any]:
+        # fresh copies for each use: shared objects would become YAML anchors (&id001)
+        return {
+            "replicas": job.nodes,
+            "restartPolicy": "OnFailure",
+            "template": {"spec": {
+                # SIGTERM at eviction, then this long before SIGKILL: a step and a checkpoint
+                "terminationGracePeriodSeconds": job.stop_grace_s + 15,
+                "containers": [{
+                    "name": "pytorch",  # the operator looks for this container name
+                    "image": job.pinned_image(),
+                    "command": container_command(job),
+                    "env": _env(job) + [
+                        # torchrun (2.13) publishes the workers' store address at its first
+                        # rendezvous only; a pod that replaces an evicted one then waits for an
+                        # address nobody writes. Without the shared store, every round
+                        # publishes its own (torch/distributed/elastic/rendezvous/
+                        # dynamic_rendezvous.py, next_rendezvous).
+                        {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}],
+                    "resources": _resources(job),
+                    "volumeMounts": mounts,
+                }],
+                "volumes": volumes,
+            }},
+        }
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": job.name},
+        "spec": {
+            "elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": job.nodes,
+                              "maxReplicas": job.nodes, "maxRestarts": job.max_restarts},
+            "nprocPerNode": str(job.procs_per_node),
+            "runPolicy": {"backoffLimit": job.max_restarts, "cleanPodPolicy": "Running",
+                          "schedulingPolicy": {"minAvailable": job.nodes,
+                                               "scheduleTimeoutSeconds": 600}},
+            "pytorchReplicaSpecs": {"Worker": worker()},
+        },
+    }
+
+
+def operator_env(job: Job, rdzv_endpoint: str) -> dict[str, str]:
+    """The variables the training operator gives each pod of an elastic PyTorchJob."""
+    return {"PET_NNODES": f"{job.nodes}:{job.nodes}", "PET_NPROC_PER_NODE": str(job.procs_per_node),
+            "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": rdzv_endpoint,
+            "PET_RDZV_ID": job.name, "PET_MAX_RESTARTS": str(job.max_restarts)}
+
+
+def pytorchjob_yaml(job: Job) -> str:
+    """The PyTorchJob manifest as YAML, ready for ``kubectl apply -f``."""
+    return yaml.safe_dump(pytorchjob(job), sort_keys=False)
+
+
+def training_runtime(job: Job) -> dict[str, Any]:
+    """The Trainer v2 ``TrainingRuntime`` the job's TrainJob runs on (same namespace).
+
+    The torch plugin gives each node PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
+    PET_MASTER_ADDR and PET_MASTER_PORT: a static rendezvous, so torchrun cannot restart one
+    node's workers alone. A failure fails that node's Job, and the JobSet's ``failurePolicy``
+    recreates every node (up to ``max_restarts`` times), which resume from the checkpoint.
+    ``podGroupPolicy`` gang-schedules the nodes (the scheduler-plugins coscheduling plugin).
+    """
+    volumes, mounts = _volumes(job)
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": f"{job.name}-runtime",
+                     "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": job.nodes, "torch": {}},
+            "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 600}},
+            "template": {"spec": {
+                "failurePolicy": {"maxRestarts": job.max_restarts},
+                "replicatedJobs": [{
+                    "name": "node",
+                    "template": {
+                        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                        "spec": {"template": {"spec": {
+                            "terminationGracePeriodSeconds": job.stop_grace_s + 15,
+                            "containers": [{"name": "node", "image": job.pinned_image(),
+                                            "volumeMounts": mounts}],
+                            "volumes": volumes,
+                        }}},
+                    },
+                }],
+            }},
+        },
+    }
+
+
+def trainjob(job: Job) -> dict[str, Any]:
+    """Kubeflow Trainer v2's ``TrainJob`` (trainer.kubeflow.org/v1alpha1) as a dict."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": job.name},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                           "name": f"{job.name}-runtime"},
+            "trainer": {
+                "image": job.pinned_image(),
+                # no restarts inside torchrun: the rendezvous is static, the JobSet restarts
+                "command": ["torchrun", "--max-restarts=0", *container_command(job)[1:]],
+                "numNodes": job.nodes,
+                "numProcPerNode": job.procs_per_node,
+                "env": _env(job),
+                "resourcesPerNode": _resources(job),
+            },
+        },
+    }
+
+
+def trainer_env(job: Job, node_rank: int, master_addr: str, master_port: int) -> dict[str, str]:
+    """The variables Trainer v2's torch plugin gives the node with ``node_rank``."""
+    return {"PET_NNODES": str(job.nodes), "PET_NPROC_PER_NODE": str(job.procs_per_node),
+            "PET_NODE_RANK": str(node_rank), "PET_MASTER_ADDR": master_addr,
+            "PET_MASTER_PORT": str(master_port)}
+
+
+def trainjob_yaml(job: Job) -> str:
+    """The TrainingRuntime and the TrainJob, one YAML file: ``kubectl apply -f`` it."""
+    return yaml.safe_dump_all([training_runtime(job), trainjob(job)], sort_keys=False)
+
+
+def write_job(job: Job, folder: str | Path) -> dict[str, Path]:
+    """Write the training script and the three job files into ``folder``; return their paths.
+
+    Copy ``train.py`` to ``job.script`` on the shared volume (or into the image).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"train.py": train_script(), f"{job.name}.sbatch": slurm_script(job)}
+    if job.image is not None:
+        files[f"{job.name}.pytorchjob.yaml"] = pytorchjob_yaml(job)
+        files[f"{job.name}.trainjob.yaml"] = trainjob_yaml(job)
+    paths = {}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        paths[name] = folder / name
+    return paths

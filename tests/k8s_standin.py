@@ -1,0 +1,123 @@
+"""Stand-ins for the Kubernetes controllers that run the job files of torchhw.distributed.jobs.
+
+Each pod is a process on this machine running the container's command with the variables the
+controller would set. What happens when a pod's command exits non-zero is the controller's:
+
+- ``restart="pod"``: the Kubeflow training operator with ``restartPolicy: OnFailure`` starts that
+  pod's container again (up to ``backoffLimit`` times); the others keep running;
+- ``restart="gang"``: a JobSet with ``failurePolicy.maxRestarts`` (Kubeflow Trainer v2): every
+  pod is stopped (SIGTERM, then SIGKILL after the grace period) and all are started again.
+
+An eviction or preemption is SIGTERM to the pod's first process (here torchrun's agent, through
+the guard that stops it if the test dies). ``on_line`` sees every line as it comes and may call
+``Pods.terminate(i)``. Only for the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Sequence
+
+from torchhw.distributed.agents import stop_agent
+
+
+class Pods:
+    def __init__(self, commands: Sequence[Sequence[str]], envs: Sequence[dict[str, str]], *,
+                 restart: str, max_restarts: int, grace_s: float = 30.0,
+                 on_line: Callable[[Pods, int, str], None] | None = None) -> None:
+        assert restart in ("pod", "gang")
+        self.commands, self.envs = [list(c) for c in commands], list(envs)
+        self.restart, self.max_restarts, self.grace_s = restart, max_restarts, grace_s
+        self.on_line = on_line
+        self.restarts = 0
+        self.lines: list[str] = []
+        self.events: list[str] = []
+        self.lock = threading.Lock()
+        self.procs: list[subprocess.Popen[str] | None] = [None] * len(self.commands)
+
+    def start(self, i: int) -> None:
+        guarded = [sys.executable, "-m", "torchhw.distributed.guard", str(os.getpid()), "--",
+                   *self.commands[i]]
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.envs[i])
+        p = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env, start_new_session=True)
+        self.procs[i] = p
+        threading.Thread(target=self._read, args=(i, p), daemon=True).start()
+
+    def _read(self, i: int, p: subprocess.Popen[str]) -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            line = line.rstrip("\n")
+            with self.lock:
+                self.lines.append(f"[pod {i}] {line}")
+            if self.on_line:
+                self.on_line(self, i, line)
+
+    def terminate(self, i: int) -> None:
+        """An eviction: SIGTERM to the pod's first process."""
+        p = self.procs[i]
+        if p is not None and p.poll() is None:
+            self.events.append(f"SIGTERM to pod {i}")
+            p.send_signal(signal.SIGTERM)
+
+    def run(self, timeout: float, first_alone_s: float = 0.0) -> None:
+        """Run until every pod has exited 0; raise past the restarts or the time limit.
+
+        ``first_alone_s``: start pod 0 this long before the others (it hosts the rendezvous,
+        as the pod that the operator's endpoint names does).
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            self.start(0)
+            time.sleep(first_alone_s)
+            for i in range(1, len(self.commands)):
+                self.start(i)
+            done = [False] * len(self.commands)
+            while not all(done):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"pods still running after {timeout} s:\n" + self.tail())
+                for i, p in enumerate(self.procs):
+                    if done[i] or p is None or p.poll() is None:
+                        continue
+                    if p.returncode == 0:
+                        done[i] = True
+                        continue
+                    self.events.append(f"pod {i} exited {p.returncode}")
+                    if self.restarts >= self.max_restarts:
+                        raise RuntimeError(f"pod {i} failed (exit {p.returncode}) with no restart "
+                                           f"left ({self.restarts} used):\n" + self.tail())
+                    self.restarts += 1
+                    if self.restart == "pod":
+                        self.events.append(f"pod {i} restarted")
+                        self.start(i)
+                    else:
+                        self._stop_all()
+                        self.events.append("every pod recreated")
+                        done = [False] * len(self.commands)
+                        self.start(0)
+                        time.sleep(first_alone_s)
+                        for j in range(1, len(self.commands)):
+                            self.start(j)
+                        break
+                time.sleep(0.1)
+        finally:
+            self._stop_all()
+
+    def _stop_all(self) -> None:
+        for p in self.procs:
+            if p is not None:
+                stop_agent(p, grace=self.grace_s)
+
+    def tail(self, n: int = 300) -> str:
+        with self.lock:
+            return "\n".join(self.events + self.lines[-n:])
+
+    @property
+    def output(self) -> str:
+        with self.lock:
+            return "\n".join(self.lines)
