@@ -34,7 +34,8 @@ def notebook_paths() -> list[Path]:
     return discover(NOTEBOOKS)
 
 
-LEFTOVER_MARKS = ("torch.distributed.run", "fixtures_distributed", "multiprocessing.spawn",
+LEFTOVER_MARKS = ("torch.distributed.run", "bin/torchrun", "fixtures_distributed",
+                  "distributed/train.py", "torchhw.distributed.guard", "multiprocessing.spawn",
                   "multiprocessing.forkserver",
                   "ipykernel_launcher", "jupyter-lab", "chrom")
 

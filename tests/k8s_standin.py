@@ -5,7 +5,8 @@ controller would set. What happens when a pod's command exits non-zero is the co
 
 - ``restart="pod"``: the Kubeflow training operator with ``restartPolicy: OnFailure`` starts that
   pod's container again (up to ``backoffLimit`` times); the others keep running;
-- ``restart="gang"``: a JobSet with ``failurePolicy.maxRestarts`` (Kubeflow Trainer v2): every
+- ``restart="gang"``: a JobSet with ``failurePolicy.maxRestarts`` (Kubeflow Trainer v2), whose
+  Job has ``restartPolicy: Never`` and ``backoffLimit: 0``: a failed pod fails the Job, every
   pod is stopped (SIGTERM, then SIGKILL after the grace period) and all are started again.
 
 An eviction or preemption is SIGTERM to the pod's first process (here torchrun's agent, through
@@ -65,17 +66,11 @@ class Pods:
             self.events.append(f"SIGTERM to pod {i}")
             p.send_signal(signal.SIGTERM)
 
-    def run(self, timeout: float, first_alone_s: float = 0.0) -> None:
-        """Run until every pod has exited 0; raise past the restarts or the time limit.
-
-        ``first_alone_s``: start pod 0 this long before the others (it hosts the rendezvous,
-        as the pod that the operator's endpoint names does).
-        """
+    def run(self, timeout: float) -> None:
+        """Run until every pod has exited 0; raise past the restarts or the time limit."""
         deadline = time.monotonic() + timeout
         try:
-            self.start(0)
-            time.sleep(first_alone_s)
-            for i in range(1, len(self.commands)):
+            for i in range(len(self.commands)):
                 self.start(i)
             done = [False] * len(self.commands)
             while not all(done):
@@ -99,9 +94,7 @@ class Pods:
                         self._stop_all()
                         self.events.append("every pod recreated")
                         done = [False] * len(self.commands)
-                        self.start(0)
-                        time.sleep(first_alone_s)
-                        for j in range(1, len(self.commands)):
+                        for j in range(len(self.commands)):
                             self.start(j)
                         break
                 time.sleep(0.1)

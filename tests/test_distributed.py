@@ -17,6 +17,7 @@ import pytest
 
 import fixtures_distributed as workers
 from torchhw.distributed import agents
+from torchhw.distributed.jobs import DRILL_RESTARTS
 from torchhw.distributed import diagnosis, processes
 from torchhw import distributed as d
 
@@ -203,7 +204,8 @@ def test_torchrun_crash_without_restarts_fails_clearly(tmp_path):
                                 "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "r"),
                                 "--drill-marker", str(tmp_path / "m")],
                    nproc_per_node=2, echo=None, timeout=90)
-    assert "injected fault" in str(err.value) or "[rank" in str(err.value)
+    assert (tmp_path / "m").read_text().startswith("node 0 crashed after step 3")
+    assert "Root Cause" in str(err.value)  # torchrun's report of the first failure, passed on
     assert not leftovers()
 
 
@@ -254,10 +256,10 @@ def test_a_crash_on_the_second_node_resumes_to_the_same_weights(tmp_path):
         if crash:
             args += ["--crash-at", "5", "--crash-node", "1", "--drill-marker", str(tmp_path / "m")]
         out = agents.torchrun(TRAIN, args, nproc_per_node=1, nnodes=2, echo=None, timeout=120,
-                              max_restarts=1 if crash else 0)
+                              max_restarts=DRILL_RESTARTS if crash else 0)
         return json.loads((tmp_path / f"{name}.json").read_text()), "\n".join(r.output for r in out)
     calm, _ = run("calm", False)
     faulty, text = run("faulty", True)
     assert (tmp_path / "m").exists() and "resumed from step 4" in text
-    assert faulty["generation"] > calm["generation"] - 1 and faulty["digest"] == calm["digest"]
+    assert faulty["generation"] > calm["generation"] and faulty["digest"] == calm["digest"]
     assert not leftovers()

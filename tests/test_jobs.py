@@ -38,7 +38,7 @@ def job(request):
 def test_slurm_script_matches_the_job(job):
     script = jobs.slurm_script(job)
     assert script.startswith("#!/bin/bash\n")
-    assert f"#SBATCH --nodes={job.nodes}\n" in script
+    assert f"#SBATCH --nodes={job.nodes}\n" in script and "#SBATCH --mem=0 " in script
     assert f"#SBATCH --cpus-per-task={job.cpus_per_proc * job.procs_per_node}\n" in script
     assert (f"#SBATCH --gpus-per-node={job.gpus_per_node}" in script) == bool(job.gpus_per_node)
     assert "#SBATCH --requeue" in script and "--signal=B:USR1@" in script
@@ -93,6 +93,8 @@ def test_pytorchjob_validates_against_the_operator_models(job):
     assert "persistentVolumeClaim" in volumes[mounts[job.shared_dir]]
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits["cpu"] == str(job.cpus_per_node) and limits.get("nvidia.com/gpu", "0") == str(job.gpus_per_node)
+    # the memory-backed /dev/shm counts against the pod's memory: it is added on top
+    assert limits["memory"] == f"{job.memory_gib_per_proc * job.procs_per_node + job.shm_gib}Gi"
 
 
     assert spec["runPolicy"]["schedulingPolicy"]["minAvailable"] == job.nodes  # a gang
@@ -125,7 +127,9 @@ def test_trainjob_and_its_runtime_validate_against_trainer_v2_models(job):
     assert spec["template"]["spec"]["failurePolicy"]["maxRestarts"] == job.max_restarts
     node = spec["template"]["spec"]["replicatedJobs"][0]
     assert node["name"] == "node"
+    assert node["template"]["spec"]["backoffLimit"] == 0  # a failed pod fails the Job at once...
     pod = node["template"]["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"                # ...and is not restarted in place
     assert pod["containers"][0]["name"] == "node"  # the container the torch plugin configures
     assert {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]} == {job.shared_dir, "/dev/shm"}
 
@@ -153,6 +157,14 @@ def test_bad_jobs_are_refused():
         jobs.Job("x", notice_s=60, stop_grace_s=60)
 
 
+def test_the_defaults_follow_the_shared_folder_the_name_and_the_gpus():
+    job = jobs.Job("digits", shared_dir="/data", gpus_per_node=8)
+    assert job.script == "/data/code/train.py" and job.setup == ["source /data/venv/bin/activate"]
+    assert job.args == ["--device", "cuda", "--checkpoint", "/data/ckpt/digits.pt",
+                        "--out", "/data/ckpt/digits.json"]
+    assert jobs.Job("cpu-job").args[:2] == ["--device", "cpu"]
+
+
 def test_write_job_writes_the_script_and_every_file(tmp_path):
     paths = jobs.write_job(jobs.Job("digits-ddp", image=IMAGE), tmp_path)
     assert set(paths) == {"train.py", "digits-ddp.sbatch", "digits-ddp.pytorchjob.yaml",
@@ -177,6 +189,7 @@ def small_job(folder: Path, *drill: str) -> jobs.Job:
     venv = Path(sys.executable).parent
     job = jobs.Job("small", script=str(shared / "train.py"), args=args, nodes=2, procs_per_node=2,
                    cpus_per_proc=1, max_restarts=jobs.DRILL_RESTARTS, stop_grace_s=30,
+                   memory_gib_per_proc=1,
                    setup=[f'export PATH="{venv}:$PATH"'], shared_dir=str(shared), image=IMAGE)
     (shared / "train.py").write_text(jobs.train_script())
     return job

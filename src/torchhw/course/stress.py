@@ -122,6 +122,9 @@ def stress(runs: int = 50, echo: Callable[[str], None] = print,
     line each with its cause. The output of every failed run is written to ``keep``
     (default ``build/stress/``)."""
     chosen = [c for c in CASES if c in (cases or CASES)]
+    if "crash" in chosen and "clean" not in chosen:
+        raise ValueError("the crash case compares its weights with the fault-free runs': "
+                         "choose the clean case as well (--case clean --case crash)")
     failures: dict[str, list[str]] = {k: [] for k in chosen}
     keep = keep or find_root() / "build" / "stress"
     keep.mkdir(parents=True, exist_ok=True)

@@ -41,8 +41,9 @@ def torchrun_command(target: str, args: Sequence[str] = (), *, nproc_per_node: i
                      tee: int | None = None) -> list[str]:
     """The argv of torchrun for ``target`` (a ``.py`` script, else a module run with ``-m``).
 
-    The one builder of torchrun arguments in the course: notebooks, tests and the Slurm
-    script (:mod:`torchhw.distributed.jobs`, with ``launcher=["torchrun"]``) all use it. One node with no
+    The notebooks, the tests and the Slurm script (:mod:`torchhw.distributed.jobs`, with
+    ``launcher=["torchrun"]``) build their torchrun commands with it; the Kubernetes pods'
+    command leaves the counts to the operators' PET_* variables. One node with no
     endpoint is ``--standalone``; otherwise c10d rendezvous at ``rdzv_endpoint``.
     ``log_dir``: torchrun writes each worker's output and error file under it (one folder per
     agent and attempt); ``tee=3``: the workers' stdout and stderr go to those files and the

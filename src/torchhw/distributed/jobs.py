@@ -13,8 +13,10 @@
   runs on (trainer.kubeflow.org/v1alpha1), gang-scheduled; a failure restarts the whole job.
 
 Everything the files must agree on (nodes, processes per node, CPUs, memory, GPUs, restarts,
-time-outs, the program) comes from the one :class:`Job`; the torchrun command comes from
-:func:`torchhw.distributed.agents.torchrun_command`. The program is
+time-outs, the program) comes from the one :class:`Job`. The Slurm script's torchrun command
+comes from :func:`torchhw.distributed.agents.torchrun_command`; the pods' command
+(:func:`container_command`) names only the logs and the program, since the operators pass the
+rest as PET_* variables. The program is
 :mod:`torchhw.distributed.train` (``train_script()`` is its text), plain DDP, which saves a
 checkpoint when a stop signal arrives. The tests run every file under a stand-in for its
 scheduler, with a crash and a preemption notice, and compare the final weights with a run
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,30 +45,43 @@ TRAINER_MASTER_PORT = 29500
 
 @dataclass
 class Job:
-    """A multi-node torchrun job. ``procs_per_node`` defaults to one per GPU, else 1."""
+    """A multi-node torchrun job. ``procs_per_node`` defaults to one per GPU, else 1.
+
+    Left out, the program and its paths follow ``shared_dir`` and ``name``: the script at
+    ``{shared_dir}/code/train.py``, its checkpoint and summary at ``{shared_dir}/ckpt/{name}.pt``
+    and ``.json``, the device ``cuda`` when the job asks for GPUs, and the environment
+    ``{shared_dir}/venv``.
+    """
 
     name: str
-    script: str = "/shared/code/train.py"  # on the shared volume (or a path inside the image)
-    args: list[str] = field(default_factory=lambda: ["--checkpoint", "/shared/ckpt/job.pt",
-                                                     "--out", "/shared/ckpt/job.json"])
     nodes: int = 2
     gpus_per_node: int = 0
     procs_per_node: int | None = None
     cpus_per_proc: int = 4
-    memory_gib: int = 16
+    memory_gib_per_proc: int = 16          # host memory (Kubernetes; Slurm gives the whole node)
     shm_gib: int = 8                       # /dev/shm for DataLoader workers and NCCL
     time_limit: str = "01:00:00"           # Slurm's HH:MM:SS
     notice_s: int = 120                    # the time-limit notice, seconds before the end
     stop_grace_s: int = 60                 # a stopped worker's time to finish a step and save
     max_restarts: int = 3                  # after a failure; see DRILL_RESTARTS for what counts
-    setup: list[str] = field(default_factory=lambda: ["source /shared/venv/bin/activate"])
     shared_dir: str = "/shared"            # code, checkpoints and logs: a volume every node mounts
+    script: str | None = None              # the training script, on shared_dir or in the image
+    args: list[str] | None = None
+    setup: list[str] | None = None         # Slurm: the environment each node needs
     image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
     partition: str | None = None
 
     def __post_init__(self) -> None:
         if self.procs_per_node is None:
             self.procs_per_node = self.gpus_per_node or 1
+        if self.script is None:
+            self.script = f"{self.shared_dir}/code/train.py"
+        if self.args is None:
+            self.args = ["--device", "cuda" if self.gpus_per_node else "cpu",
+                         "--checkpoint", f"{self.shared_dir}/ckpt/{self.name}.pt",
+                         "--out", f"{self.shared_dir}/ckpt/{self.name}.json"]
+        if self.setup is None:
+            self.setup = [f"source {self.shared_dir}/venv/bin/activate"]
         if self.nodes < 1 or self.procs_per_node < 1:
             raise ValueError("a job needs at least one node and one process per node")
         if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
@@ -88,8 +103,16 @@ class Job:
     def cpus_per_node(self) -> int:
         return self.cpus_per_proc * (self.procs_per_node or 1)
 
+    @property
+    def memory_gib(self) -> int:
+        """A pod's memory: the processes' and /dev/shm's, which a memory-backed volume counts in."""
+        return self.memory_gib_per_proc * (self.procs_per_node or 1) + self.shm_gib
+
     def pinned_image(self) -> str:
-        """The image, refused unless pinned: a tag other than ``latest``, or a digest."""
+        """The image, refused unless pinned: a tag other than ``latest``, or a digest.
+
+        Only a digest pins the bytes: a tag can be pushed again, and a node that has an older
+        image of that tag cached runs that one."""
         image = self.image or ""
         last = image.rsplit("/", 1)[-1]
         if not image or ("@sha256:" not in image and (":" not in last or last.endswith(":latest"))):
@@ -128,6 +151,8 @@ _NETWORK = [
     "# export GLOO_SOCKET_IFNAME=ib0       # the same for gloo (the CPU backend)",
     "# export NCCL_IB_HCA=mlx5             # which InfiniBand adapters NCCL may use",
     "# export NCCL_DEBUG=INFO              # once: which transport and topology NCCL chose",
+    "# If a node's host name resolves to the wrong interface, give torchrun --local-addr=ADDR",
+    "# (the address the other nodes reach this one at) in the srun line below.",
     "# For a hang: NCCL's flight recorder keeps each rank's last collectives and writes them",
     "# out when the watchdog times out; read them with `torchfrtrace DIR`.",
     "# export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1",
@@ -149,8 +174,8 @@ def slurm_script(job: Job) -> str:
         f"#SBATCH --nodes={job.nodes}",
         "#SBATCH --ntasks-per-node=1            # one torchrun agent per node; it starts the ranks",
         f"#SBATCH --cpus-per-task={job.cpus_per_node}",
-        f"#SBATCH --mem={job.memory_gib}G",
         "#SBATCH --exclusive                    # whole nodes: no other job's traffic on the GPUs and links",
+        "#SBATCH --mem=0                        # and all of each node's memory",
         f"#SBATCH --time={job.time_limit}",
         "#SBATCH --requeue                      # preempted or requeued: back in the queue",
         f"#SBATCH --signal=B:USR1@{job.notice_s}            # {job.notice_s} s before the limit: USR1 to this script",
@@ -179,8 +204,9 @@ def slurm_script(job: Job) -> str:
         "# this script), so the workers finish their step, save a checkpoint and exit; then back",
         "# in the queue, where the next run resumes from it. torchrun gives its workers",
         "# TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds after SIGTERM (30 unless set), then kills them.",
-        "# A preemption sends the same SIGTERM itself (the partition's GraceTime is the workers'",
-        "# time to save) and requeues the job: the workers save, and srun's failure ends this script.",
+        "# A preemption (PreemptMode=REQUEUE) sends the same SIGTERM itself and requeues the job;",
+        "# the workers then have the partition's GraceTime plus KillWait (30 s unless the site set",
+        "# it) before SIGKILL: ask your administrators, and keep a step and a save inside it.",
         "# Not SIGTERM to srun: srun answers that with SIGKILL to every task, and nothing is saved.",
         "notice() {",
         '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint, then requeueing"',
@@ -196,7 +222,7 @@ def slurm_script(job: Job) -> str:
         "# --kill-on-bad-exit: one node's agent failing for good ends the others' too.",
         "# --output: one log per node (%n: the node's number in the job).",
         'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',
-        f'  --output="{logs}/node%n.out" \\',
+        f'  --output="{logs}/node%n.out" --open-mode=append \\',
         "  " + " ".join(_shell_word(c) for c in command) + " &",
         "srun_pid=$!",
         'wait "$srun_pid"  # in the background, so the trap runs as soon as USR1 arrives',
@@ -294,7 +320,7 @@ def operator_env(job: Job, rdzv_endpoint: str) -> dict[str, str]:
     """The variables the training operator gives each pod of an elastic PyTorchJob."""
     return {"PET_NNODES": f"{job.nodes}:{job.nodes}", "PET_NPROC_PER_NODE": str(job.procs_per_node),
             "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": rdzv_endpoint,
-            "PET_RDZV_ID": job.name, "PET_MAX_RESTARTS": str(job.max_restarts)}
+            "PET_MAX_RESTARTS": str(job.max_restarts)}
 
 
 def pytorchjob_yaml(job: Job) -> str:
@@ -307,8 +333,10 @@ def training_runtime(job: Job) -> dict[str, Any]:
 
     The torch plugin gives each node PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
     PET_MASTER_ADDR and PET_MASTER_PORT: a static rendezvous, so torchrun cannot restart one
-    node's workers alone. A failure fails that node's Job, and the JobSet's ``failurePolicy``
-    recreates every node (up to ``max_restarts`` times), which resume from the checkpoint.
+    node's workers alone. Trainer runs the nodes as one indexed Job; with ``restartPolicy:
+    Never`` and ``backoffLimit: 0`` a failed pod fails that Job, and the JobSet's
+    ``failurePolicy`` recreates every node (up to ``max_restarts`` times), which resume from
+    the checkpoint.
     ``podGroupPolicy`` gang-schedules the nodes (the scheduler-plugins coscheduling plugin).
     """
     volumes, mounts = _volumes(job)
@@ -326,7 +354,11 @@ def training_runtime(job: Job) -> dict[str, Any]:
                     "name": "node",
                     "template": {
                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                        "spec": {"template": {"spec": {
+                        # a failed pod fails the Job at once (Kubernetes would otherwise restart
+                        # the container in place, up to 6 times, while the other nodes wait in a
+                        # collective), and the JobSet recreates every node
+                        "spec": {"backoffLimit": 0, "template": {"spec": {
+                            "restartPolicy": "Never",
                             "terminationGracePeriodSeconds": job.stop_grace_s + 15,
                             "containers": [{"name": "node", "image": job.pinned_image(),
                                             "volumeMounts": mounts}],
@@ -361,7 +393,8 @@ def trainjob(job: Job) -> dict[str, Any]:
     }
 
 
-def trainer_env(job: Job, node_rank: int, master_addr: str, master_port: int) -> dict[str, str]:
+def trainer_env(job: Job, node_rank: int, master_addr: str,
+                master_port: int = TRAINER_MASTER_PORT) -> dict[str, str]:
     """The variables Trainer v2's torch plugin gives the node with ``node_rank``."""
     return {"PET_NNODES": str(job.nodes), "PET_NPROC_PER_NODE": str(job.procs_per_node),
             "PET_NODE_RANK": str(node_rank), "PET_MASTER_ADDR": master_addr,

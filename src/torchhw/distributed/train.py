@@ -51,7 +51,9 @@ from torchhw.data import regression
 from torchhw.distributed.elastic import agreed_step, init_generation
 from torchhw.distributed.placement import rank_device
 
-# All ranks of a generation must have started within this (a slow node, an image pull).
+# Once torchrun's agents have met (their own wait, for slow nodes and image pulls, is the
+# rendezvous' join_timeout, 600 s unless --rdzv-conf says otherwise), the ranks of a
+# generation must all reach the process group within this.
 JOIN_TIMEOUT = timedelta(minutes=10)
 # A rank waiting longer than this in one collective fails (torch's default for NCCL). The
 # other ranks wait in a barrier while rank 0 writes a checkpoint: keep it above the slowest save.
@@ -68,6 +70,9 @@ parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
 parser.add_argument("--global-batch", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.05)
+parser.add_argument("--check-every", type=int, default=1,
+                    help="ask the other ranks for a stop signal every N steps (a 4-byte all-reduce "
+                         "and, on a GPU, a wait for it); keep N x step time well inside the grace")
 parser.add_argument("--checkpoint", required=True, help="on storage every node sees")
 parser.add_argument("--out", required=True, help="the final summary (JSON), written by rank 0")
 parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
@@ -80,6 +85,8 @@ drills.add_argument("--crash-at", type=int, help="a worker on --crash-node exits
 drills.add_argument("--crash-node", type=int, default=1)
 drills.add_argument("--hold-at", type=int, help="after this step, wait for a stop signal")
 drills.add_argument("--drill-marker", default="", help="a drill happens once: while this file is absent")
+drills.add_argument("--unsettled-buckets", action="store_true",
+                    help="leave out fix_buckets, to see what it prevents (a lesson, not a drill)")
 
 
 def say(text: str) -> None:
@@ -88,7 +95,13 @@ def say(text: str) -> None:
 
 
 class StopFlag:
-    """Set by SIGTERM or SIGUSR1; the training loop reads it between steps."""
+    """Set by SIGTERM or SIGUSR1; the training loop reads it between steps.
+
+    The same SIGTERM reaches a DataLoader's worker processes (a scheduler signals every
+    process of the job; torchrun signals each worker's process group), which would die of it
+    and make the next batch raise before the checkpoint is written. Give such a DataLoader
+    ``worker_init_fn=ignore_stop_signals``.
+    """
 
     def __init__(self) -> None:
         self.signal: int | None = None
@@ -101,6 +114,12 @@ class StopFlag:
     @property
     def name(self) -> str:
         return signal.Signals(self.signal).name if self.signal else ""
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: its processes leave the stop signals to the trainer."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def place(args: argparse.Namespace) -> tuple[str, torch.device]:
@@ -191,6 +210,9 @@ def digest(model: nn.Module) -> str:
 @record  # an uncaught error goes to the file torchrun names, and into its failure report
 def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
+    if (args.crash_at or args.hold_at) and not args.drill_marker:
+        parser.error("--crash-at and --hold-at need --drill-marker FILE (a drill happens once: "
+                     "while that file, on storage every node sees, is absent)")
     stop = StopFlag()  # before joining: a signal during the start is not lost either
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     backend, device = place(args)
@@ -212,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ddp = DDP(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
     per_rank = args.global_batch // world
-    fix_buckets(ddp, X[:per_rank])
+    if not args.unsettled_buckets:
+        fix_buckets(ddp, X[:per_rank])
     flag = torch.zeros(1, dtype=torch.int32, device=device)
     drill = Path(args.drill_marker) if args.drill_marker else None
     node = int(os.environ.get("GROUP_RANK", "0"))
@@ -223,11 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         nn.functional.mse_loss(ddp(X[first:first + per_rank]), Y[first:first + per_rank]).backward()
         opt.step()
         done = s + 1
-        if done == args.hold_at and drill is not None and not drill.exists():
+        held = done == args.hold_at and drill is not None and not drill.exists()
+        if held:
             hold(stop, flag, rank, done)
-        # every rank stops after the same step: a 4-byte all-reduce (and, on a GPU, a wait for
-        # it) per step; for steps much shorter than a second, check every few steps instead
-        stopping = any_rank(flag, stop)
+        # every rank stops after the same step: the ranks ask each other every --check-every
+        # steps (every rank asks at the same steps, or the all-reduces would not pair up)
+        stopping = (done % args.check_every == 0 or held) and any_rank(flag, stop)
         if done % args.every == 0 or stopping:
             if rank == 0:
                 checkpoint.save(path, model, opt, step=done)  # atomic: never half a file
