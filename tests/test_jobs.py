@@ -42,7 +42,7 @@ def test_slurm_script_matches_the_job(job):
     assert f"#SBATCH --cpus-per-task={job.cpus_per_proc * job.procs_per_node}\n" in script
     assert (f"#SBATCH --gpus-per-node={job.gpus_per_node}" in script) == bool(job.gpus_per_node)
     assert "#SBATCH --requeue" in script and "--signal=B:USR1@" in script
-    assert 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1' in script
+    assert 'srun --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1' in script
     assert "source /shared/venv/bin/activate" in script
     assert f"--nnodes={job.nodes}" in script and "--rdzv-backend=c10d" in script
     assert "#SBATCH --exclusive" in script and '--output="logs/$SLURM_JOB_ID/node%n.out"' in script
@@ -130,6 +130,7 @@ def test_trainjob_and_its_runtime_validate_against_trainer_v2_models(job):
     assert node["template"]["spec"]["backoffLimit"] == 0  # a failed pod fails the Job at once...
     pod = node["template"]["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"                # ...and is not restarted in place
+    assert pod["schedulerName"] == job.gang_scheduler     # a gang needs its scheduler named
     assert pod["containers"][0]["name"] == "node"  # the container the torch plugin configures
     assert {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]} == {job.shared_dir, "/dev/shm"}
 
@@ -222,7 +223,7 @@ def resumed(text: str, step: int) -> bool:
 
 def slurm_env(folder: Path, job_id: int, restart: int = 0) -> dict[str, str]:
     return dict(os.environ, PATH=f"{STANDIN}:{os.environ['PATH']}", SLURM_JOB_ID=str(job_id),
-                SLURM_JOB_NODELIST="node[0-1]", SLURM_NNODES="2", SLURM_CPUS_PER_TASK="2",
+                SLURM_JOB_NODELIST="node[0-1]", SLURM_NNODES="2", SLURM_CPUS_PER_TASK="2", SLURM_CPUS_ON_NODE="2",
                 SLURM_JOB_NAME="small", SLURM_RESTART_COUNT=str(restart), SLURM_STANDIN_DIR=str(folder))
 
 

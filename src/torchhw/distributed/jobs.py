@@ -50,7 +50,8 @@ class Job:
     Left out, the program and its paths follow ``shared_dir`` and ``name``: the script at
     ``{shared_dir}/code/train.py``, its checkpoint and summary at ``{shared_dir}/ckpt/{name}.pt``
     and ``.json``, the device ``cuda`` when the job asks for GPUs, and the environment
-    ``{shared_dir}/venv``.
+    ``{shared_dir}/venv``. A job submitted again under the same name resumes from that
+    checkpoint: give a new run a new name (or another checkpoint path).
     """
 
     name: str
@@ -69,6 +70,7 @@ class Job:
     args: list[str] | None = None
     setup: list[str] | None = None         # Slurm: the environment each node needs
     image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
+    gang_scheduler: str = "scheduler-plugins-scheduler"  # TrainJob: the coscheduling scheduler's name
     partition: str | None = None
 
     def __post_init__(self) -> None:
@@ -174,7 +176,7 @@ def slurm_script(job: Job) -> str:
         f"#SBATCH --nodes={job.nodes}",
         "#SBATCH --ntasks-per-node=1            # one torchrun agent per node; it starts the ranks",
         f"#SBATCH --cpus-per-task={job.cpus_per_node}",
-        "#SBATCH --exclusive                    # whole nodes: no other job's traffic on the GPUs and links",
+        "#SBATCH --exclusive                    # whole nodes: their GPUs, CPUs and network adapters",
         "#SBATCH --mem=0                        # and all of each node's memory",
         f"#SBATCH --time={job.time_limit}",
         "#SBATCH --requeue                      # preempted or requeued: back in the queue",
@@ -191,8 +193,8 @@ def slurm_script(job: Job) -> str:
         "set -euo pipefail",
         *_setup_lines(job.setup),
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads all: no SIGPIPE',
-        "# per job, so that jobs sharing a head node do not collide; below 32768, where Linux",
-        "# hands out ephemeral ports (ip_local_port_range), so no outgoing connection holds it",
+        "# per job, so that a job never meets an earlier job's leftovers on its node; below 32768,",
+        "# where Linux hands out ephemeral ports (ip_local_port_range), so no outgoing connection holds it",
         "port=$((10000 + SLURM_JOB_ID % 20000))",
         f"export OMP_NUM_THREADS={job.cpus_per_proc}",
         f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.stop_grace_s}  # see notice() below",
@@ -204,13 +206,15 @@ def slurm_script(job: Job) -> str:
         "# this script), so the workers finish their step, save a checkpoint and exit; then back",
         "# in the queue, where the next run resumes from it. torchrun gives its workers",
         "# TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds after SIGTERM (30 unless set), then kills them.",
-        "# A preemption (PreemptMode=REQUEUE) sends the same SIGTERM itself and requeues the job;",
-        "# the workers then have the partition's GraceTime plus KillWait (30 s unless the site set",
-        "# it) before SIGKILL: ask your administrators, and keep a step and a save inside it.",
+        "# A preemption (PreemptMode=REQUEUE) sends the step's processes the same SIGTERM and",
+        "# requeues the job, but only for the partition's GraceTime (0 unless set): at its end the",
+        "# batch step gets SIGTERM too, and srun kills every task. With no GraceTime nothing is",
+        "# saved past the last checkpoint; ask for a GraceTime that holds a step and a save, or",
+        "# for PreemptParameters=send_user_signal, which sends the notice below instead.",
         "# Not SIGTERM to srun: srun answers that with SIGKILL to every task, and nothing is saved.",
         "notice() {",
         '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint, then requeueing"',
-        '  scancel --signal=TERM "$SLURM_JOB_ID"',
+        '  scancel --signal=TERM "$SLURM_JOB_ID" || true',
         '  wait "$srun_pid" || true',
         '  scontrol requeue "$SLURM_JOB_ID"',
         "  exit 0",
@@ -218,10 +222,11 @@ def slurm_script(job: Job) -> str:
         "trap notice USR1",
         "",
         "echo \"$(date +%T) job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart ${SLURM_RESTART_COUNT:-0}\"",
-        "# --cpus-per-task: since Slurm 22.05 a step no longer inherits it from sbatch.",
+        "# --cpus-per-task: the whole node, which --exclusive gave the job (Slurm 22.05 to",
+        "# 23.02 did not pass sbatch's value on to a step; naming it is right on every version).",
         "# --kill-on-bad-exit: one node's agent failing for good ends the others' too.",
         "# --output: one log per node (%n: the node's number in the job).",
-        'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',
+        'srun --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 \\',
         f'  --output="{logs}/node%n.out" --open-mode=append \\',
         "  " + " ".join(_shell_word(c) for c in command) + " &",
         "srun_pid=$!",
@@ -359,6 +364,9 @@ def training_runtime(job: Job) -> dict[str, Any]:
                         # collective), and the JobSet recreates every node
                         "spec": {"backoffLimit": 0, "template": {"spec": {
                             "restartPolicy": "Never",
+                            # the coscheduling plugin labels the pods but names no scheduler: unless
+                            # it is the cluster's default one, name it, or there is no gang
+                            "schedulerName": job.gang_scheduler,
                             "terminationGracePeriodSeconds": job.stop_grace_s + 15,
                             "containers": [{"name": "node", "image": job.pinned_image(),
                                             "volumeMounts": mounts}],

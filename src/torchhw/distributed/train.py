@@ -11,7 +11,7 @@ needs:
   sees. After a restart rank 0 decides the step to resume from, and every rank checks that the
   checkpoint it loaded is that step.
 - **A stop signal ends the run with a checkpoint.** SIGTERM (a preemption, the job script's
-  time-limit notice, torchrun stopping its workers) or SIGUSR1 sets a flag; after each step the
+  time-limit notice, torchrun stopping its workers) sets a flag; after each step the
   ranks all-reduce their flags, so all of them stop after the same step, rank 0 saves it, and
   every worker exits with ``STOPPED`` (75), so that torchrun and the scheduler start the job
   again, to resume from there.
@@ -95,7 +95,7 @@ def say(text: str) -> None:
 
 
 class StopFlag:
-    """Set by SIGTERM or SIGUSR1; the training loop reads it between steps.
+    """Set by SIGTERM; the training loop reads it between steps.
 
     The same SIGTERM reaches a DataLoader's worker processes (a scheduler signals every
     process of the job; torchrun signals each worker's process group), which would die of it
@@ -105,8 +105,7 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.signal: int | None = None
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._set)
+        signal.signal(signal.SIGTERM, self._set)
 
     def _set(self, signum: int, frame: object) -> None:
         self.signal = signum  # only a flag: a signal handler must not start a collective
@@ -117,9 +116,8 @@ class StopFlag:
 
 
 def ignore_stop_signals(worker_id: int) -> None:
-    """A DataLoader ``worker_init_fn``: its processes leave the stop signals to the trainer."""
-    for sig in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)
+    """A DataLoader ``worker_init_fn``: its processes leave the stop signal to the trainer."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def place(args: argparse.Namespace) -> tuple[str, torch.device]:
@@ -233,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"rank {rank}: generation {generation}, resumed from step {start}")
 
     ddp = DDP(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
+    if args.global_batch % world:
+        raise ValueError(f"--global-batch {args.global_batch} does not divide among {world} ranks: "
+                         f"choose a multiple of {world}")
     per_rank = args.global_batch // world
     if not args.unsettled_buckets:
         fix_buckets(ddp, X[:per_rank])
