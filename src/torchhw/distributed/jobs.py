@@ -155,9 +155,9 @@ _NETWORK = [
     "# export NCCL_DEBUG=INFO              # once: which transport and topology NCCL chose",
     "# If a node's host name resolves to the wrong interface, give torchrun --local-addr=ADDR",
     "# (the address the other nodes reach this one at) in the srun line below.",
-    "# For a hang: NCCL's flight recorder keeps each rank's last collectives and writes them",
-    "# out when the watchdog times out; read them with `torchfrtrace DIR`.",
-    "# export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+    "# For a hang: NCCL's flight recorder keeps each rank's last collectives (on by default in",
+    "# torch 2.13: TORCH_NCCL_TRACE_BUFFER_SIZE=2000) and can write them out when the watchdog",
+    "# times out (TORCH_NCCL_DUMP_ON_TIMEOUT); this puts the files with the logs, for `torchfrtrace`:",
     "# export TORCH_FR_DUMP_TEMP_FILE=\"$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_\"",
 ]
 

@@ -141,8 +141,8 @@ def place(args: argparse.Namespace) -> tuple[str, torch.device]:
 def fix_buckets(ddp: DDP, sample: torch.Tensor) -> None:
     """One backward of a zero loss, so DDP settles its gradient buckets before the first step.
 
-    DDP lays out its bucket in the reverse order of ``parameters()`` and, after the first
-    backward, again in the order the gradients became ready. An all-reduce over more than two
+    DDP first lays out its buckets from the order of ``parameters()`` and, after the first
+    backward, again in the order in which the gradients became ready. An all-reduce over more than two
     ranks adds each element in an order that depends on its place in the bucket, so a resumed
     run, whose first step would use the first layout, would round differently from a run that
     never stopped. Settling the layout first makes every step of every run use the same one.
