@@ -98,6 +98,7 @@ def test_pytorchjob_validates_against_the_operator_models(job):
 
 
     assert spec["runPolicy"]["schedulingPolicy"]["minAvailable"] == job.nodes  # a gang
+    assert pod["schedulerName"] == job.gang_scheduler  # named, not the operator flag's copy
     container = pod["containers"][0]
     assert container["image"] == IMAGE and container["command"][0] == "torchrun"
     assert job.script.startswith(job.shared_dir + "/")  # the code is on the mounted volume

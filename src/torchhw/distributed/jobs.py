@@ -70,7 +70,7 @@ class Job:
     args: list[str] | None = None
     setup: list[str] | None = None         # Slurm: the environment each node needs
     image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
-    gang_scheduler: str = "scheduler-plugins-scheduler"  # TrainJob: the coscheduling scheduler's name
+    gang_scheduler: str = "scheduler-plugins-scheduler"  # Kubernetes: the gang scheduler's name
     partition: str | None = None
 
     def __post_init__(self) -> None:
@@ -198,6 +198,7 @@ def slurm_script(job: Job) -> str:
         "port=$((10000 + SLURM_JOB_ID % 20000))",
         f"export OMP_NUM_THREADS={job.cpus_per_proc}",
         f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.stop_grace_s}  # see notice() below",
+        "# logs/ is made under the submit directory, which must be on storage every node sees",
         f'mkdir -p "{logs}"',
         "",
         *_NETWORK,
@@ -258,7 +259,10 @@ def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def _env(job: Job) -> list[dict[str, str]]:
     return [{"name": "OMP_NUM_THREADS", "value": str(job.cpus_per_proc)},
             # torchrun's wait for its workers after SIGTERM, before SIGKILL (default 30 s)
-            {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(job.stop_grace_s)}]
+            {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(job.stop_grace_s)},
+            # NCCL's flight recorder writes its dumps here, not to the pod's own /tmp
+            {"name": "TORCH_FR_DUMP_TEMP_FILE",
+             "value": f"{job.shared_dir}/logs/{job.name}/nccl_trace_rank_"}]
 
 
 def _resources(job: Job) -> dict[str, Any]:
@@ -274,8 +278,10 @@ def pytorchjob(job: Job) -> dict[str, Any]:
     ``elasticPolicy`` with c10d: the operator sets PET_RDZV_BACKEND, PET_RDZV_ENDPOINT,
     PET_NNODES, PET_NPROC_PER_NODE and PET_MAX_RESTARTS for torchrun, so the agents meet and
     restart together. ``runPolicy.schedulingPolicy`` asks for gang scheduling: every pod or
-    none (the operator must run with ``--gang-scheduler-name`` set to volcano or
-    scheduler-plugins; without it one pod can start and hold its GPUs while the others wait).
+    none (the operator must run with ``--gang-scheduler-name``; without it one pod can start and
+    hold its GPUs while the others wait). The pods name the gang scheduler themselves
+    (``job.gang_scheduler``): the operator would otherwise copy the flag's value, which is not
+    the name under which scheduler-plugins usually runs, and the pods would stay Pending.
     """
     volumes, mounts = _volumes(job)
 
@@ -287,6 +293,7 @@ def pytorchjob(job: Job) -> dict[str, Any]:
             "template": {"spec": {
                 # SIGTERM at eviction, then this long before SIGKILL: a step and a checkpoint
                 "terminationGracePeriodSeconds": job.stop_grace_s + 15,
+                "schedulerName": job.gang_scheduler,
                 "containers": [{
                     "name": "pytorch",  # the operator looks for this container name
                     "image": job.pinned_image(),
