@@ -53,7 +53,8 @@ def _bytes_per_rank(params: int, n: int, how: str) -> float:
 
 @exercise(4, "memory per rank, DDP and FSDP",
           hint="float32 weights 4 bytes, gradients 4, Adam's two moments 8: 16 bytes per "
-               "parameter. DDP keeps all of it on every rank; FSDP splits it over the n ranks.")
+               "parameter (DDP's buckets not counted). DDP keeps all of it on every rank; FSDP "
+               "splits it over the n ranks.")
 def _check_4(answer: tuple[Callable[[int, int, str], float], Any]) -> str:
     fn, measured = answer
     for params, n in [(1_000_000, 1), (1_000_000, 8), (67_210, 2), (7_000_000_000, 64)]:
@@ -73,7 +74,7 @@ def _check_4(answer: tuple[Callable[[int, int, str], float], Any]) -> str:
 
 
 def check_4(answer: Callable[[int, int, str], float] | None, measured: Any = None) -> Any:
-    """Grades ``answer`` by the arithmetic and, given section 8's ``measured``, against it."""
+    """Grades ``answer`` by the arithmetic and, given section 11's ``measured``, against it."""
     return _check_4(None if answer is None else (answer, measured))
 
 
