@@ -47,9 +47,14 @@ def test_slurm_script_matches_the_job(job):
     assert f"--nnodes={job.nodes}" in script and "--rdzv-backend=c10d" in script
     assert "#SBATCH --exclusive" in script and '--output="logs/$SLURM_JOB_ID/node%n.out"' in script
     assert "--log-dir=logs/$SLURM_JOB_ID" in script and "# export NCCL_SOCKET_IFNAME=" in script
-    # the notice stops the step's processes with SIGTERM (never srun itself), then requeues
+    # the notice stops the step's processes with SIGTERM (never srun itself), waits for them,
+    # then finish() requeues, only when the workers wrote the stop marker after their save
     notice = script[script.index("notice() {"):script.index("trap notice USR1")]
-    assert notice.index('scancel --signal=TERM') < notice.index("wait") < notice.index("scontrol requeue")
+    assert notice.index('scancel --signal=TERM') < notice.index("wait") < notice.index("finish")
+    finish = script[script.index("finish() {"):script.index("notice() {")]
+    assert finish.index('if [ -e "$stopped" ]') < finish.index("scontrol requeue")
+    assert f"stopped={job.stop_marker}" in script and f"--stop-marker {job.stop_marker}" in script
+    assert script.rstrip().endswith('finish "$status"')
     # the port: per job, and below Linux's ephemeral range (32768-60999)
     port = re.search(r"port=\$\(\((\d+) \+ SLURM_JOB_ID % (\d+)\)\)", script)
     assert port and int(port[1]) + int(port[2]) <= 32768 and int(port[1]) >= 1024
@@ -148,8 +153,12 @@ def test_a_misspelt_field_is_caught():
 def test_bad_jobs_are_refused():
     with pytest.raises(ValueError, match="one GPU per process"):
         jobs.Job("x", gpus_per_node=2, procs_per_node=4)
-    with pytest.raises(ValueError, match="lower-case"):
-        jobs.Job("My_Job")
+    for name in ("My_Job", "1st-run", "run-"):      # Kubernetes refuses these names
+        with pytest.raises(ValueError, match="lower-case"):
+            jobs.Job(name)
+    for limit in ("60", "1:00", "01:60:00", "one hour"):
+        with pytest.raises(ValueError, match="HH:MM:SS"):
+            jobs.Job("x", time_limit=limit)
     for image in (None, "registry.example.org/digits", "registry.example.org/digits:latest",
                   "localhost:5000/digits"):
         with pytest.raises(ValueError, match="pinned"):
@@ -163,7 +172,9 @@ def test_the_defaults_follow_the_shared_folder_the_name_and_the_gpus():
     job = jobs.Job("digits", shared_dir="/data", gpus_per_node=8)
     assert job.script == "/data/code/train.py" and job.setup == ["source /data/venv/bin/activate"]
     assert job.args == ["--device", "cuda", "--checkpoint", "/data/ckpt/digits.pt",
-                        "--out", "/data/ckpt/digits.json"]
+                        "--out", "/data/ckpt/digits.json", "--stop-marker", "/data/ckpt/digits.stopped"]
+    assert job.stop_marker == "/data/ckpt/digits.stopped"
+    assert jobs.Job("x", time_limit="2-01:00:30").time_limit_s == 2 * 86400 + 3600 + 30
     assert jobs.Job("cpu-job").args[:2] == ["--device", "cpu"]
 
 
@@ -186,12 +197,14 @@ def small_job(folder: Path, *drill: str) -> jobs.Job:
     """The course's training script on 2 x 2 CPU ranks, everything in ``folder``."""
     shared = folder / "shared"
     (shared / "ckpt").mkdir(parents=True, exist_ok=True)
+    stop_marker = str(shared / "ckpt" / "job.stopped")
     args = ["--steps", str(STEPS), "--every", str(EVERY), "--checkpoint", str(shared / "ckpt" / "job.pt"),
-            "--out", str(shared / "ckpt" / "job.json"), "--drill-marker", str(shared / "drill"), *drill]
+            "--out", str(shared / "ckpt" / "job.json"), "--stop-marker", stop_marker,
+            "--drill-marker", str(shared / "drill"), *drill]
     venv = Path(sys.executable).parent
     job = jobs.Job("small", script=str(shared / "train.py"), args=args, nodes=2, procs_per_node=2,
                    cpus_per_proc=1, max_restarts=jobs.DRILL_RESTARTS, stop_grace_s=30,
-                   memory_gib_per_proc=1,
+                   memory_gib_per_proc=1, stop_marker=stop_marker,
                    setup=[f'export PATH="{venv}:$PATH"'], shared_dir=str(shared), image=IMAGE)
     (shared / "train.py").write_text(jobs.train_script())
     return job
@@ -243,13 +256,16 @@ def test_the_slurm_script_survives_a_crash(tmp_path, reference):
     assert run.returncode == 0, (run.stdout + run.stderr + logs)[-4000:]
     assert "crashed after step 6" in drill_note(job) and resumed(logs, 4), logs[-3000:]
     assert result(job)["digest"] == reference
+    assert not (tmp_path / "requeued").exists()       # a finished run is not requeued
     assert not leftovers()
 
 
-def test_the_slurm_notice_ends_in_a_checkpoint_a_requeue_and_an_exact_resume(tmp_path, reference):
-    """USR1 to the batch script (--signal=B:USR1@...): the trap stops the step with SIGTERM,
-    the workers save the step they finished and exit, the script requeues the job; the
-    requeued run resumes from that step and ends with the fault-free weights."""
+@pytest.mark.parametrize("stop", ["notice", "preemption"])
+def test_the_slurm_notice_ends_in_a_checkpoint_a_requeue_and_an_exact_resume(tmp_path, reference, stop):
+    """The notice, USR1 to the batch script (--signal=B:USR1@...): the trap stops the step with
+    SIGTERM. A preemption: Slurm sends the step's processes SIGTERM itself. Either way the
+    workers save the step they finished, write the stop marker and exit, and the script
+    requeues the job; the requeued run resumes from that step with the fault-free weights."""
     job = small_job(tmp_path, "--hold-at", str(AT))
     script = tmp_path / "small.sbatch"
     script.write_text(jobs.slurm_script(job))
@@ -261,7 +277,11 @@ def test_the_slurm_notice_ends_in_a_checkpoint_a_requeue_and_an_exact_resume(tmp
         while f"holding after step {AT}" not in node_logs(tmp_path, job_id):
             assert batch.poll() is None and time.monotonic() < deadline, node_logs(tmp_path, job_id)[-3000:]
             time.sleep(0.2)
-        batch.send_signal(signal.SIGUSR1)  # what Slurm sends notice_s before the time limit
+        if stop == "notice":
+            batch.send_signal(signal.SIGUSR1)  # what Slurm sends notice_s before the time limit
+        else:  # what a preemption within GraceTime does: SIGTERM to the step's processes only
+            subprocess.run([str(STANDIN / "scancel"), "--signal=TERM", str(job_id)], check=True,
+                           env=slurm_env(tmp_path, job_id), capture_output=True)
         out, _ = batch.communicate(timeout=120)
     finally:
         if batch.poll() is None:

@@ -52,6 +52,12 @@ class Job:
     and ``.json``, the device ``cuda`` when the job asks for GPUs, and the environment
     ``{shared_dir}/venv``. A job submitted again under the same name resumes from that
     checkpoint: give a new run a new name (or another checkpoint path).
+
+    ``stop_marker`` is the file the training script writes when a stop signal has ended in a
+    checkpoint (train.py's ``--stop-marker``): the Slurm script requeues the job when it finds
+    it, and only then. A script of your own must write it too, or a stopped job is not requeued.
+    ``time_limit`` bounds the Kubernetes jobs as well (``activeDeadlineSeconds``), restarts
+    included.
     """
 
     name: str
@@ -72,16 +78,20 @@ class Job:
     image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
     gang_scheduler: str = "scheduler-plugins-scheduler"  # Kubernetes: the gang scheduler's name
     partition: str | None = None
+    stop_marker: str | None = None         # written when a stop signal ended in a checkpoint
 
     def __post_init__(self) -> None:
         if self.procs_per_node is None:
             self.procs_per_node = self.gpus_per_node or 1
         if self.script is None:
             self.script = f"{self.shared_dir}/code/train.py"
+        if self.stop_marker is None:
+            self.stop_marker = f"{self.shared_dir}/ckpt/{self.name}.stopped"
         if self.args is None:
             self.args = ["--device", "cuda" if self.gpus_per_node else "cpu",
                          "--checkpoint", f"{self.shared_dir}/ckpt/{self.name}.pt",
-                         "--out", f"{self.shared_dir}/ckpt/{self.name}.json"]
+                         "--out", f"{self.shared_dir}/ckpt/{self.name}.json",
+                         "--stop-marker", self.stop_marker]
         if self.setup is None:
             self.setup = [f"source {self.shared_dir}/venv/bin/activate"]
         if self.nodes < 1 or self.procs_per_node < 1:
@@ -89,13 +99,24 @@ class Job:
         if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
             raise ValueError(f"{self.procs_per_node} processes per node but only "
                              f"{self.gpus_per_node} GPUs: NCCL needs one GPU per process")
-        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?", self.name):
+        if not re.fullmatch(r"[a-z]([a-z0-9-]{0,40}[a-z0-9])?", self.name):
             raise ValueError(f"job name {self.name!r}: use lower-case letters, digits and '-', "
-                             f"at most 42 characters, starting and ending with a letter or digit "
-                             f"(Kubernetes names pods and services after it)")
+                             f"at most 42 characters, starting with a letter and ending with a "
+                             f"letter or digit (Kubernetes names pods and services after it)")
+        self.time_limit_s  # refuses a limit Slurm would not read
         if self.stop_grace_s >= self.notice_s:
             raise ValueError(f"stop_grace_s ({self.stop_grace_s}) must be shorter than the "
                              f"notice ({self.notice_s} s): the checkpoint must be written in time")
+
+    @property
+    def time_limit_s(self) -> int:
+        """``time_limit`` in seconds (Slurm's ``HH:MM:SS`` or ``D-HH:MM:SS``)."""
+        found = re.fullmatch(r"(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)", self.time_limit)
+        if not found:
+            raise ValueError(f"time_limit {self.time_limit!r}: write it as HH:MM:SS or D-HH:MM:SS "
+                             f"(Slurm's form), for example '01:00:00' or '2-00:00:00'")
+        days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
     @property
     def world_size(self) -> int:
@@ -198,27 +219,43 @@ def slurm_script(job: Job) -> str:
         "port=$((10000 + SLURM_JOB_ID % 20000))",
         f"export OMP_NUM_THREADS={job.cpus_per_proc}",
         f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.stop_grace_s}  # see notice() below",
+        "# No store shared between torchrun and its workers (as in the Kubernetes files): with it,",
+        "# torch 2.13 makes every store a worker opens a client of torchrun's, so a script whose",
+        "# init_process_group names a tcp:// address of its own waits for a server nobody starts.",
+        "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
         "# logs/ is made under the submit directory, which must be on storage every node sees",
         f'mkdir -p "{logs}"',
         "",
         *_NETWORK,
         "",
-        "# The notice (USR1, near the time limit): SIGTERM to the job step's processes (not to",
-        "# this script), so the workers finish their step, save a checkpoint and exit; then back",
-        "# in the queue, where the next run resumes from it. torchrun gives its workers",
-        "# TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds after SIGTERM (30 unless set), then kills them.",
-        "# A preemption (PreemptMode=REQUEUE) sends the step's processes the same SIGTERM and",
-        "# requeues the job, but only for the partition's GraceTime (0 unless set): at its end the",
-        "# batch step gets SIGTERM too, and srun kills every task. With no GraceTime nothing is",
-        "# saved past the last checkpoint; ask for a GraceTime that holds a step and a save, or",
-        "# for PreemptParameters=send_user_signal, which sends the notice below instead.",
+        "# The notice (USR1, near the time limit; Slurm may send it up to a minute early):",
+        "# SIGTERM to the job step's processes (not to this script), so the workers finish their",
+        "# step, save a checkpoint, write the stop marker and exit; then back in the queue, where",
+        "# the next run resumes from it. torchrun gives its workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+        "# seconds after SIGTERM (30 unless set), then kills them.",
+        "# A preemption (PreemptMode=REQUEUE) sends the step's processes the same SIGTERM, and",
+        "# after the partition's GraceTime (0 unless set) SIGTERM to the batch step too, when srun",
+        "# kills every task. Within the grace the workers save and stop as above, the step fails,",
+        "# and finish() requeues the job (Slurm itself requeues only a job still running when the",
+        "# grace ends). With no GraceTime nothing is saved past the last checkpoint: ask for one",
+        "# that holds a step and a save, or for PreemptParameters=send_user_signal (the notice).",
         "# Not SIGTERM to srun: srun answers that with SIGKILL to every task, and nothing is saved.",
+        f"stopped={_shell_word(job.stop_marker)}  # the workers write it once they have saved on a stop signal",
+        'rm -f "$stopped"',
+        "finish() {  # after the step: requeue a stopped run, else end with the step's status",
+        '  if [ -e "$stopped" ]; then',
+        '    echo "$(date +%T) $(cat "$stopped"): requeueing"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "    exit 0",
+        "  fi",
+        '  exit "$1"',
+        "}",
+        "# shellcheck disable=SC2329  # run by the trap below",
         "notice() {",
-        '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint, then requeueing"',
+        '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint"',
         '  scancel --signal=TERM "$SLURM_JOB_ID" || true',
-        '  wait "$srun_pid" || true',
-        '  scontrol requeue "$SLURM_JOB_ID"',
-        "  exit 0",
+        '  status=0; wait "$srun_pid" || status=$?',
+        '  finish "$status"',
         "}",
         "trap notice USR1",
         "",
@@ -231,7 +268,8 @@ def slurm_script(job: Job) -> str:
         f'  --output="{logs}/node%n.out" --open-mode=append \\',
         "  " + " ".join(_shell_word(c) for c in command) + " &",
         "srun_pid=$!",
-        'wait "$srun_pid"  # in the background, so the trap runs as soon as USR1 arrives',
+        'status=0; wait "$srun_pid" || status=$?  # in the background: the trap runs as soon as USR1 arrives',
+        'finish "$status"',
         "",
     ]
     return "\n".join(lines)
@@ -321,6 +359,8 @@ def pytorchjob(job: Job) -> dict[str, Any]:
                               "maxReplicas": job.nodes, "maxRestarts": job.max_restarts},
             "nprocPerNode": str(job.procs_per_node),
             "runPolicy": {"backoffLimit": job.max_restarts, "cleanPodPolicy": "Running",
+                          # time_limit, counted from the job's start, restarts included
+                          "activeDeadlineSeconds": job.time_limit_s,
                           "schedulingPolicy": {"minAvailable": job.nodes,
                                                "scheduleTimeoutSeconds": 600}},
             "pytorchReplicaSpecs": {"Worker": worker()},
@@ -395,6 +435,8 @@ def trainjob(job: Job) -> dict[str, Any]:
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
                            "name": f"{job.name}-runtime"},
+            # time_limit, counted from the job's start, restarts included
+            "activeDeadlineSeconds": job.time_limit_s,
             "trainer": {
                 "image": job.pinned_image(),
                 # no restarts inside torchrun: the rendezvous is static, the JobSet restarts

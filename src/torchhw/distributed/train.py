@@ -52,8 +52,9 @@ from torchhw.distributed.elastic import agreed_step, init_generation
 from torchhw.distributed.placement import rank_device
 
 # Once torchrun's agents have met (their own wait, for slow nodes and image pulls, is the
-# rendezvous' join_timeout, 600 s unless --rdzv-conf says otherwise), the ranks of a
-# generation must all reach the process group within this.
+# rendezvous' join_timeout: 600 s for c10d unless --rdzv-conf says otherwise, 900 s for the
+# static rendezvous of a TrainJob), the ranks of a generation must all reach the process
+# group within this.
 JOIN_TIMEOUT = timedelta(minutes=10)
 # A rank waiting longer than this in one collective fails (torch's default for NCCL). The
 # other ranks wait in a barrier while rank 0 writes a checkpoint: keep it above the slowest save.
@@ -75,6 +76,9 @@ parser.add_argument("--check-every", type=int, default=1,
                          "and, on a GPU, a wait for it); keep N x step time well inside the grace")
 parser.add_argument("--checkpoint", required=True, help="on storage every node sees")
 parser.add_argument("--out", required=True, help="the final summary (JSON), written by rank 0")
+parser.add_argument("--stop-marker", default="",
+                    help="written by rank 0 once a stop signal has ended in a checkpoint (the "
+                         "Slurm script requeues the job when it finds it)")
 parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
 parser.add_argument("--share-gpus", action="store_true",
                     help="allow fewer GPUs than processes on a node (gloo, slow); default: an error")
@@ -260,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         if stopping:
             if drill is not None and rank == 0:
                 drill.write_text(f"stopped by a signal after step {done}\n")
+            if args.stop_marker and rank == 0:
+                Path(args.stop_marker).write_text(f"stopped with the checkpoint of step {done}\n")
             say(f"rank {rank}: stop signal {stop.name or '(a peer got it)'}: checkpoint of step "
                 f"{done} saved, exiting")
             dist.destroy_process_group()
