@@ -53,7 +53,9 @@ def test_slurm_script_matches_the_job(job):
     assert notice.index('scancel --signal=TERM') < notice.index("wait") < notice.index("finish")
     finish = script[script.index("finish() {"):script.index("notice() {")]
     assert finish.index('if [ -e "$stopped" ]') < finish.index("scontrol requeue")
-    assert f"stopped={job.stop_marker}" in script and f"--stop-marker {job.stop_marker}" in script
+    # the marker reaches any program through the environment, whatever its arguments
+    assert f"stopped={job.stop_marker}" in script and 'export TRAIN_STOP_MARKER="$stopped"' in script
+    assert "--stop-marker" not in script
     assert script.rstrip().endswith('finish "$status"')
     # the port: per job, and below Linux's ephemeral range (32768-60999)
     port = re.search(r"port=\$\(\((\d+) \+ SLURM_JOB_ID % (\d+)\)\)", script)
@@ -172,7 +174,7 @@ def test_the_defaults_follow_the_shared_folder_the_name_and_the_gpus():
     job = jobs.Job("digits", shared_dir="/data", gpus_per_node=8)
     assert job.script == "/data/code/train.py" and job.setup == ["source /data/venv/bin/activate"]
     assert job.args == ["--device", "cuda", "--checkpoint", "/data/ckpt/digits.pt",
-                        "--out", "/data/ckpt/digits.json", "--stop-marker", "/data/ckpt/digits.stopped"]
+                        "--out", "/data/ckpt/digits.json"]
     assert job.stop_marker == "/data/ckpt/digits.stopped"
     assert jobs.Job("x", time_limit="2-01:00:30").time_limit_s == 2 * 86400 + 3600 + 30
     assert jobs.Job("cpu-job").args[:2] == ["--device", "cpu"]
@@ -199,8 +201,7 @@ def small_job(folder: Path, *drill: str) -> jobs.Job:
     (shared / "ckpt").mkdir(parents=True, exist_ok=True)
     stop_marker = str(shared / "ckpt" / "job.stopped")
     args = ["--steps", str(STEPS), "--every", str(EVERY), "--checkpoint", str(shared / "ckpt" / "job.pt"),
-            "--out", str(shared / "ckpt" / "job.json"), "--stop-marker", stop_marker,
-            "--drill-marker", str(shared / "drill"), *drill]
+            "--out", str(shared / "ckpt" / "job.json"), "--drill-marker", str(shared / "drill"), *drill]
     venv = Path(sys.executable).parent
     job = jobs.Job("small", script=str(shared / "train.py"), args=args, nodes=2, procs_per_node=2,
                    cpus_per_proc=1, max_restarts=jobs.DRILL_RESTARTS, stop_grace_s=30,

@@ -54,8 +54,9 @@ class Job:
     checkpoint: give a new run a new name (or another checkpoint path).
 
     ``stop_marker`` is the file the training script writes when a stop signal has ended in a
-    checkpoint (train.py's ``--stop-marker``): the Slurm script requeues the job when it finds
-    it, and only then. A script of your own must write it too, or a stopped job is not requeued.
+    checkpoint: the Slurm script names it in ``$TRAIN_STOP_MARKER`` (train.py's
+    ``--stop-marker`` reads it from there) and requeues the job when it finds it, and only then.
+    A script of your own must write it too, or a stopped job is not requeued.
     ``time_limit`` bounds the Kubernetes jobs as well (``activeDeadlineSeconds``), restarts
     included.
     """
@@ -90,8 +91,7 @@ class Job:
         if self.args is None:
             self.args = ["--device", "cuda" if self.gpus_per_node else "cpu",
                          "--checkpoint", f"{self.shared_dir}/ckpt/{self.name}.pt",
-                         "--out", f"{self.shared_dir}/ckpt/{self.name}.json",
-                         "--stop-marker", self.stop_marker]
+                         "--out", f"{self.shared_dir}/ckpt/{self.name}.json"]
         if self.setup is None:
             self.setup = [f"source {self.shared_dir}/venv/bin/activate"]
         if self.nodes < 1 or self.procs_per_node < 1:
@@ -219,7 +219,7 @@ def slurm_script(job: Job) -> str:
         "port=$((10000 + SLURM_JOB_ID % 20000))",
         f"export OMP_NUM_THREADS={job.cpus_per_proc}",
         f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.stop_grace_s}  # see notice() below",
-        "# No store shared between torchrun and its workers (as in the Kubernetes files): with it,",
+        "# No store shared between torchrun and its workers (as in the PyTorchJob): with it,",
         "# torch 2.13 makes every store a worker opens a client of torchrun's, so a script whose",
         "# init_process_group names a tcp:// address of its own waits for a server nobody starts.",
         "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
@@ -241,6 +241,7 @@ def slurm_script(job: Job) -> str:
         "# that holds a step and a save, or for PreemptParameters=send_user_signal (the notice).",
         "# Not SIGTERM to srun: srun answers that with SIGKILL to every task, and nothing is saved.",
         f"stopped={_shell_word(job.stop_marker)}  # the workers write it once they have saved on a stop signal",
+        'export TRAIN_STOP_MARKER="$stopped"     # where: the course\'s train.py reads it',
         'rm -f "$stopped"',
         "finish() {  # after the step: requeue a stopped run, else end with the step's status",
         '  if [ -e "$stopped" ]; then',
@@ -435,7 +436,7 @@ def trainjob(job: Job) -> dict[str, Any]:
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
                            "name": f"{job.name}-runtime"},
-            # time_limit, counted from the job's start, restarts included
+            # time_limit, counted from the job's start, restarts included (Trainer v2.2 or later)
             "activeDeadlineSeconds": job.time_limit_s,
             "trainer": {
                 "image": job.pinned_image(),

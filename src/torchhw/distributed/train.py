@@ -65,6 +65,8 @@ HOLD_LIMIT_S = 120.0
 # the scheduler restart the job (a peer that was not signalled would otherwise "finish"),
 # and not 1, so that a log tells it from a crash. 75 is EX_TEMPFAIL: try again later.
 STOPPED = 75
+# Where a stopped run says so (see --stop-marker): the Slurm script sets it for every program
+STOP_MARKER_VARIABLE = "TRAIN_STOP_MARKER"
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--steps", type=int, default=200)
@@ -76,9 +78,10 @@ parser.add_argument("--check-every", type=int, default=1,
                          "and, on a GPU, a wait for it); keep N x step time well inside the grace")
 parser.add_argument("--checkpoint", required=True, help="on storage every node sees")
 parser.add_argument("--out", required=True, help="the final summary (JSON), written by rank 0")
-parser.add_argument("--stop-marker", default="",
-                    help="written by rank 0 once a stop signal has ended in a checkpoint (the "
-                         "Slurm script requeues the job when it finds it)")
+parser.add_argument("--stop-marker", default=os.environ.get(STOP_MARKER_VARIABLE, ""),
+                    help=f"written by rank 0 once a stop signal has ended in a checkpoint (the "
+                         f"Slurm script requeues the job when it finds it); by default "
+                         f"${STOP_MARKER_VARIABLE}, which the Slurm script sets")
 parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu"])
 parser.add_argument("--share-gpus", action="store_true",
                     help="allow fewer GPUs than processes on a node (gloo, slow); default: an error")
