@@ -131,6 +131,11 @@ class Job:
         """A pod's memory: the processes' and /dev/shm's, which a memory-backed volume counts in."""
         return self.memory_gib_per_proc * (self.procs_per_node or 1) + self.shm_gib
 
+    def pull_policy(self) -> str:
+        """``IfNotPresent`` for an image pinned by digest; ``Always`` for a tag, which can be
+        pushed again: every node then checks the registry, and all pods run the same bytes."""
+        return "IfNotPresent" if "@sha256:" in self.pinned_image() else "Always"
+
     def pinned_image(self) -> str:
         """The image, refused unless pinned: a tag other than ``latest``, or a digest.
 
@@ -277,10 +282,12 @@ def slurm_script(job: Job) -> str:
 
 
 def container_command(job: Job) -> list[str]:
-    """What each pod runs. torchrun takes the nodes, processes per node, restarts and the
-    rendezvous from the PET_* variables the operator sets; the logs go to the shared volume."""
-    return ["torchrun", f"--log-dir={job.shared_dir}/logs/{job.name}", "--tee=3",
-            job.script, *job.args]
+    """What each pod runs. torchrun takes the nodes, restarts and the rendezvous from the PET_*
+    variables the operator sets; the processes per node are named as well, since the training
+    operator before 1.8 sets PET_NPROC_PER_NODE only for a job with a Master (and torchrun would
+    start one process per pod). The logs go to the shared volume."""
+    return ["torchrun", f"--nproc-per-node={job.procs_per_node}",
+            f"--log-dir={job.shared_dir}/logs/{job.name}", "--tee=3", job.script, *job.args]
 
 
 def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -336,6 +343,7 @@ def pytorchjob(job: Job) -> dict[str, Any]:
                 "containers": [{
                     "name": "pytorch",  # the operator looks for this container name
                     "image": job.pinned_image(),
+                    "imagePullPolicy": job.pull_policy(),
                     "command": container_command(job),
                     "env": _env(job) + [
                         # torchrun (2.13) publishes the workers' store address at its first
@@ -417,6 +425,7 @@ def training_runtime(job: Job) -> dict[str, Any]:
                             "schedulerName": job.gang_scheduler,
                             "terminationGracePeriodSeconds": job.stop_grace_s + 15,
                             "containers": [{"name": "node", "image": job.pinned_image(),
+                                            "imagePullPolicy": job.pull_policy(),
                                             "volumeMounts": mounts}],
                             "volumes": volumes,
                         }}},

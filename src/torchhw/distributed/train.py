@@ -263,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         if done % args.every == 0 or stopping:
             if rank == 0:
                 checkpoint.save(path, model, opt, step=done)  # atomic: never half a file
+                if stopping and args.stop_marker:
+                    # before the barrier: once past it, the other nodes exit, and srun may stop
+                    # this one (--kill-on-bad-exit) before a later write reached the disk
+                    Path(args.stop_marker).write_text(f"stopped with the checkpoint of step {done}\n")
             dist.barrier()
         if stopping:
             if drill is not None and rank == 0:
                 drill.write_text(f"stopped by a signal after step {done}\n")
-            if args.stop_marker and rank == 0:
-                Path(args.stop_marker).write_text(f"stopped with the checkpoint of step {done}\n")
             say(f"rank {rank}: stop signal {stop.name or '(a peer got it)'}: checkpoint of step "
                 f"{done} saved, exiting")
             dist.destroy_process_group()
