@@ -72,8 +72,10 @@ def _check_4(answer: tuple[Callable[[int, int, str], float], Any]) -> str:
         shards = sum(m["fsdp"]["weights"] + m["fsdp"]["grads"] + m["fsdp"]["adam"] for m in measured)
         close(n * fn(total, n, "fsdp"), shards, f"{n} x bytes_per_rank({total}, {n}, 'fsdp') "
               f"against the sum the {n} ranks measured", rel=0.01)
-        return "It matches what the ranks measured. A 7B model needs 112 GB per GPU under DDP."
-    return "A 7B-parameter model needs 112 GB per GPU under DDP, 1.75 GB on 64 GPUs with FSDP."
+        return ("It matches what the ranks measured. A 7B model needs 112 GB per GPU under DDP "
+                "(140 GB with its buckets), before activations.")
+    return ("A 7B-parameter model needs 112 GB per GPU under DDP (140 GB with its buckets), "
+            "1.75 GB on 64 GPUs with FSDP, before activations and the gathered weights.")
 
 
 def check_4(answer: Callable[[int, int, str], float] | None, measured: Any = None) -> Any:
