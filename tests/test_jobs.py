@@ -161,6 +161,8 @@ def test_bad_jobs_are_refused():
     for limit in ("60", "1:00", "01:60:00", "one hour"):
         with pytest.raises(ValueError, match="HH:MM:SS"):
             jobs.Job("x", time_limit=limit)
+    with pytest.raises(ValueError, match="not longer than the notice"):
+        jobs.Job("x", time_limit="00:01:00", notice_s=120)
     for image in (None, "registry.example.org/digits", "registry.example.org/digits:latest",
                   "localhost:5000/digits"):
         with pytest.raises(ValueError, match="pinned"):

@@ -104,6 +104,10 @@ class Job:
                              f"at most 42 characters, starting with a letter and ending with a "
                              f"letter or digit (Kubernetes names pods and services after it)")
         self.time_limit_s  # refuses a limit Slurm would not read
+        if self.time_limit_s <= self.notice_s:
+            raise ValueError(f"time_limit {self.time_limit!r} is not longer than the notice "
+                             f"({self.notice_s} s before it): give the job more time or a shorter "
+                             f"notice_s")
         if self.stop_grace_s >= self.notice_s:
             raise ValueError(f"stop_grace_s ({self.stop_grace_s}) must be shorter than the "
                              f"notice ({self.notice_s} s): the checkpoint must be written in time")
@@ -133,7 +137,9 @@ class Job:
 
     def pull_policy(self) -> str:
         """``IfNotPresent`` for an image pinned by digest; ``Always`` for a tag, which can be
-        pushed again: every node then checks the registry, and all pods run the same bytes."""
+        pushed again: every node then asks the registry instead of running an older cached
+        copy. A push during the job still reaches the pods that start after it: only a digest
+        gives every pod the same bytes."""
         return "IfNotPresent" if "@sha256:" in self.pinned_image() else "Always"
 
     def pinned_image(self) -> str:
@@ -179,10 +185,11 @@ _NETWORK = [
     "# export GLOO_SOCKET_IFNAME=ib0       # the same for gloo (the CPU backend)",
     "# export NCCL_IB_HCA=mlx5             # which InfiniBand adapters NCCL may use",
     "# export NCCL_DEBUG=INFO              # once: which transport and topology NCCL chose",
-    "# If a node's host name resolves to the wrong interface, give torchrun --local-addr=ADDR",
-    "# (the address the other nodes reach this one at) in the srun line below.",
+    "# If a node's host name resolves to the wrong interface, give each node's torchrun its own",
+    "# address (the one the other nodes reach it at): the srun line runs on every node, so",
+    "# compute it there, e.g. srun ... bash -c 'exec torchrun --local-addr=\"$(hostname -i)\" ...'.",
     "# For a hang: NCCL's flight recorder keeps each rank's last collectives (on by default in",
-    "# torch 2.13: TORCH_NCCL_TRACE_BUFFER_SIZE=2000) and can write them out when the watchdog",
+    "# torch 2.13: TORCH_FR_BUFFER_SIZE, once TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 entries) and can write them out when the watchdog",
     "# times out (TORCH_NCCL_DUMP_ON_TIMEOUT); this puts the files with the logs, for `torchfrtrace`:",
     "# export TORCH_FR_DUMP_TEMP_FILE=\"$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_\"",
 ]
@@ -209,6 +216,7 @@ def slurm_script(job: Job) -> str:
         f"#SBATCH --signal=B:USR1@{job.notice_s}            # {job.notice_s} s before the limit: USR1 to this script",
         "#SBATCH --output=%x-%j.out             # this script's own lines; each node's are in logs/",
         "#SBATCH --open-mode=append             # a requeued run adds to the logs",
+        "#SBATCH --dependency=singleton         # one run of this name at a time: they share its checkpoint",
     ]
     if job.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={job.gpus_per_node}")
@@ -256,9 +264,11 @@ def slurm_script(job: Job) -> str:
         "  fi",
         '  exit "$1"',
         "}",
+        'srun_pid=""  # set once the step starts; a notice before that has nothing to stop',
         "# shellcheck disable=SC2329  # run by the trap below",
         "notice() {",
         '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint"',
+        '  [ -n "$srun_pid" ] || exit 1',
         '  scancel --signal=TERM "$SLURM_JOB_ID" || true',
         '  status=0; wait "$srun_pid" || status=$?',
         '  finish "$status"',
