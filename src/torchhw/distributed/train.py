@@ -163,6 +163,14 @@ def fix_buckets(ddp: DDP, sample: torch.Tensor) -> None:
     ddp.module.zero_grad(set_to_none=True)
 
 
+def saved_step(path: Path) -> int | None:
+    """The step a checkpoint holds, or None without one. The file is memory-mapped, so its
+    tensors are not read into this rank's memory to get one number."""
+    if not path.exists():
+        return None
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+
+
 def load_agreed(path: Path, start: int, model: nn.Module, opt: torch.optim.Optimizer,
                 device: torch.device, rank: int, wait_s: float = 60.0) -> None:
     """Load the checkpoint of step ``start`` (rank 0's decision); fail if this rank sees another.
@@ -171,7 +179,7 @@ def load_agreed(path: Path, start: int, model: nn.Module, opt: torch.optim.Optim
     """
     deadline = time.monotonic() + wait_s
     while True:
-        found = torch.load(path, map_location="cpu", weights_only=True)["step"] if path.exists() else None
+        found = saved_step(path)
         if found == start:
             checkpoint.load(path, model, opt, map_location=device, restore_rng=False)
             return
@@ -230,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     path = Path(args.checkpoint)
-    found = int(torch.load(path, map_location="cpu", weights_only=True)["step"]) \
-        if rank == 0 and path.exists() else 0
+    found = (saved_step(path) or 0) if rank == 0 else 0
     start = agreed_step(found, device)  # rank 0 decides; every rank gets its number
     if start:
         load_agreed(path, start, model, opt, device, rank)
