@@ -392,6 +392,9 @@ class _Joined(Exception):
     pass
 
 
+_DEVICE_IDS: list = []  # what the training script gave init_generation as device_id
+
+
 def _ranks_of_train(p: Profile, present, monkeypatch, *flags: str) -> list[tuple[str, str]]:
     """Run the course's training script (what 08 and the job files run) up to joining the
     process group, for two simulated nodes of one rank each (each LOCAL_RANK 0, as torchrun
@@ -405,6 +408,7 @@ def _ranks_of_train(p: Profile, present, monkeypatch, *flags: str) -> list[tuple
 
         def init_generation(backend, joined=joined, **timeouts):
             joined["backend"] = backend
+            _DEVICE_IDS.append(timeouts.get("device_id"))
             raise _Joined
         monkeypatch.setattr(script, "init_generation", init_generation)
         present.set_devices.clear()
@@ -431,6 +435,17 @@ def test_two_simulated_nodes_never_put_two_nccl_ranks_on_one_gpu(present, monkey
     assert _ranks_of_train(T4, present, monkeypatch) == [("nccl", "cuda:0"), ("nccl", "cuda:0")]
     cell = _cell_source("08_clusters.ipynb", "def train_args(")
     assert "--one-machine" in cell and "--share-gpus" in cell
+
+
+def test_the_process_group_is_bound_to_the_rank_s_gpu(present, monkeypatch):
+    """With NCCL the script passes its GPU as device_id (eager communicator, no guessing);
+    on a CPU, and over gloo on shared GPUs, it passes none."""
+    _DEVICE_IDS.clear()
+    _ranks_of_train(NODE, present, monkeypatch, "--one-machine")
+    assert [str(d) for d in _DEVICE_IDS] == ["cuda:0", "cuda:1"]
+    _DEVICE_IDS.clear()
+    _ranks_of_train(T4, present, monkeypatch, "--one-machine", "--share-gpus")
+    assert _DEVICE_IDS == [None, None]
 
 
 def test_a_node_with_fewer_gpus_than_processes_fails_loudly(present, monkeypatch):

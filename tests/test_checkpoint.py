@@ -198,3 +198,23 @@ def test_exact_resume_on_cuda(tmp_path):
     assert resumed.losses == straight.losses
     assert all(torch.equal(a, b) for a, b in zip(straight_model.state_dict().values(),
                                                  resumed_model.state_dict().values()))
+
+
+def test_a_copied_state_is_a_snapshot_and_a_mapped_load_restores_it(tmp_path):
+    """state(copy=True) is what a background writer may write while training goes on: later
+    steps do not change it. load(mmap=True) gives the same model and optimizer back."""
+    model, opt = make()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    snapshot = ckpt.state(model, opt, step=1, copy=True)
+    kept = {k: v.clone() for k, v in model.state_dict().items()}
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()                                           # the weights move on after the copy
+    assert all(torch.equal(snapshot["model"][k], v) for k, v in kept.items())
+    assert not all(torch.equal(snapshot["model"][k], v) for k, v in model.state_dict().items())
+    path = ckpt.write(tmp_path / "c.pt", snapshot)
+    fresh, fresh_opt = make()
+    payload = ckpt.load(path, fresh, fresh_opt, mmap=True, restore_rng=False)
+    assert payload["step"] == 1
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in kept.items())
+    assert fresh_opt.state_dict()["state"].keys() == opt.state_dict()["state"].keys()

@@ -392,3 +392,76 @@ def test_the_trainjob_survives_a_crash_and_a_preemption(tmp_path, reference):
     assert f"stopped by a signal after step {AT}" in drill_note(preempted)
     assert resumed(pods.output, AT) and result(preempted)["digest"] == reference, pods.tail()
     assert not leftovers()
+
+
+# ------------------------------------------------------------------ the training script's parts
+# (the whole script runs under torchrun in the tests below and in test_distributed.py)
+
+def _model_and_opt(seed: int):
+    import torch
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def test_the_saver_keeps_the_previous_checkpoint_and_a_resume_falls_back_to_it(tmp_path):
+    """Rank 0 writes in a thread and keeps the checkpoint before the newest; a newest file that
+    cannot be read is left alone and the previous one is resumed from, on every rank."""
+    from torchhw.distributed import train as script
+
+    path = tmp_path / "job.pt"
+    saver = script.Saver(path)
+    model, opt = _model_and_opt(0)
+    for step in (10, 20, 30):
+        saver.save(model, opt, step)
+    saver.wait()
+    assert script.saved_step(path) == 30 and script.saved_step(script.previous(path)) == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.prev.pt", "job.pt"]
+    assert script.newest_step(path) == 30
+    path.write_bytes(path.read_bytes()[:300])            # the newest is damaged
+    damaged = path.read_bytes()
+    assert script.newest_step(path) == 20
+    fresh, fresh_opt = _model_and_opt(1)
+    script.load_agreed(path, 20, fresh, fresh_opt, script.torch.device("cpu"), rank=3, wait_s=0)
+    assert all(script.torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters()))
+    assert path.read_bytes() == damaged
+    with pytest.raises(RuntimeError, match=r"rank 3 sees steps \[None, 20\].*resumes from step 30"):
+        script.load_agreed(path, 30, fresh, fresh_opt, script.torch.device("cpu"), rank=3, wait_s=0)
+    assert script.newest_step(tmp_path / "none.pt") == 0
+
+
+def test_a_failed_write_is_raised_and_a_cut_write_is_tidied(tmp_path, monkeypatch):
+    from torchhw.distributed import train as script
+
+    path = tmp_path / "job.pt"
+    saver = script.Saver(path)
+    model, opt = _model_and_opt(0)
+    saver.save(model, opt, 1)
+    saver.wait()
+
+    def full(*args, **kwargs):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(script.checkpoint, "write", full)
+    saver.save(model, opt, 2)
+    with pytest.raises(RuntimeError, match="writing the checkpoint .*job.pt failed: No space left"):
+        saver.wait()
+    (tmp_path / ".job.pt.abc.tmp").write_bytes(b"half")  # what a crash mid-write leaves
+    saver.tidy()
+    assert script.saved_step(path) == 1 and not list(tmp_path.glob(".*"))
+
+
+def test_the_data_order_and_the_dropout_seeds_depend_on_nothing_a_resume_loses():
+    from torchhw.distributed import train as script
+
+    world, per_rank, n = 4, 16, 1024
+    for step in (0, 5, 16, 37):
+        parts = [script.rows(0, step, world * per_rank, n, r, per_rank) for r in range(world)]
+        together = script.torch.cat(parts)
+        assert len(set(together.tolist())) == world * per_rank   # the ranks share no row
+        script.epoch_order.cache_clear()                          # as after a restart
+        assert script.torch.equal(script.rows(0, step, world * per_rank, n, 2, per_rank), parts[2])
+    epoch = script.torch.cat([script.rows(0, s, 64, n, 0, 64) for s in range(n // 64)])
+    assert sorted(epoch.tolist()) == list(range(n))              # an epoch visits every row once
+    assert not script.torch.equal(script.rows(0, 0, 64, n, 0, 64), script.rows(0, 16, 64, n, 0, 64))
+    seeds = {script.step_seed(0, r, s) for r in range(8) for s in range(100)}
+    assert len(seeds) == 800

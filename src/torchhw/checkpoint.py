@@ -104,17 +104,15 @@ def _check_fits(path: Path, current: dict[str, Any], stored: dict[str, Any]) -> 
         )
 
 
-def save(path: str | os.PathLike[str], model: torch.nn.Module,
-         optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None, step: int = 0,
-         rng: dict[str, Any] | None = None, **extra: Any) -> Path:
-    """Write a checkpoint atomically (temporary file, then rename). Returns the path.
+def state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+          scheduler: Any = None, step: int = 0, rng: dict[str, Any] | None = None,
+          copy: bool = False, **extra: Any) -> dict[str, Any]:
+    """What :func:`save` writes, as a dictionary.
 
-    ``rng`` defaults to the generators' state now; pass :func:`rng_state` taken earlier
-    when the checkpoint must describe an earlier moment. ``extra`` values must be tensors
-    or plain Python values, so that loading with weights_only=True can read them.
+    ``copy=True`` makes it a snapshot on the CPU: every tensor is copied, so training can go on
+    changing the weights while another thread writes the snapshot (:func:`write`). Without it
+    the dictionary holds the live tensors, as ``state_dict()`` does.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
@@ -123,6 +121,23 @@ def save(path: str | os.PathLike[str], model: torch.nn.Module,
         "rng": rng if rng is not None else rng_state(),
         "extra": extra,
     }
+    return _copied(payload) if copy else payload
+
+
+def _copied(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _copied(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copied(v) for v in obj)
+    return obj
+
+
+def write(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
+    """Write ``payload`` (from :func:`state`) atomically: a temporary file, then a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -136,16 +151,33 @@ def save(path: str | os.PathLike[str], model: torch.nn.Module,
     return path
 
 
+def save(path: str | os.PathLike[str], model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None, step: int = 0,
+         rng: dict[str, Any] | None = None, **extra: Any) -> Path:
+    """Write a checkpoint atomically (temporary file, then rename). Returns the path.
+
+    ``rng`` defaults to the generators' state now; pass :func:`rng_state` taken earlier
+    when the checkpoint must describe an earlier moment. ``extra`` values must be tensors
+    or plain Python values, so that loading with weights_only=True can read them.
+    """
+    return write(path, state(model, optimizer, scheduler, step, rng, **extra))
+
+
 def load(path: str | os.PathLike[str], model: torch.nn.Module,
          optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
          map_location: str | torch.device | None = "cpu", restore_rng: bool = True,
-         loader_generator: torch.Generator | None = None) -> dict[str, Any]:
+         loader_generator: torch.Generator | None = None, mmap: bool = False) -> dict[str, Any]:
     """Load a checkpoint into ``model`` (and optimizer, scheduler, generators). Returns it.
 
     ``map_location`` says where the model's tensors go (the model's device, or ``"meta"`` to
     check a checkpoint without memory); ``optimizer.load_state_dict`` puts the optimizer's state
     where its parameters are, as torch's optimizers want it; everything else, the generator states and
     the loader's shuffling state above all, stays on the CPU, where their setters need it.
+
+    ``mmap=True`` maps the file instead of reading it whole (privately: nothing is ever
+    written back): its pages are read as the model and the optimizer take their tensors, and
+    processes on one machine that load the same file share those pages in the page cache
+    instead of each holding a copy of the whole file.
 
     Raises CheckpointError, naming the file and what to do, when it is missing or cannot
     be read; in that case nothing has been changed, neither the model nor the file.
@@ -157,7 +189,7 @@ def load(path: str | os.PathLike[str], model: torch.nn.Module,
             f"or point to an existing file."
         )
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
         needed = {"model", "optimizer", "scheduler", "step", "rng"}
         if not isinstance(payload, dict) or not needed <= set(payload):
             raise ValueError(f"it lacks {sorted(needed - set(payload or {}))}")

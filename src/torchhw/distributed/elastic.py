@@ -61,16 +61,20 @@ def generation_store(timeout: timedelta) -> tuple[dist.Store, int]:
     return dist.PrefixStore(f"torchhw/gen{generation}", store), generation
 
 
-def init_generation(backend: str, *, join_timeout: timedelta, timeout: timedelta) -> int:
+def init_generation(backend: str, *, join_timeout: timedelta, timeout: timedelta,
+                    device_id: torch.device | None = None) -> int:
     """``init_process_group`` on :func:`generation_store`; returns the generation number.
 
     Both time limits are the caller's to state (there is no default to forget):
     ``join_timeout`` for the ranks of a generation to find each other, ``timeout`` for any one
-    collective (torch's own default is 10 minutes for NCCL, 30 for gloo).
+    collective (torch's own default is 10 minutes for NCCL, 30 for gloo). ``device_id``, this
+    rank's GPU, binds the process group to it: NCCL then creates its communicator during this
+    call rather than at the first collective, and never has to guess the GPU of a rank.
     """
     store, generation = generation_store(join_timeout)
+    bound = {"device_id": device_id} if device_id is not None else {}
     dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]),
-                            world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+                            world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout, **bound)
     return generation
 
 

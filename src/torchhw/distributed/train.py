@@ -7,19 +7,28 @@ needs:
 
 - **Explicit time-outs** (``JOIN_TIMEOUT``, ``COLLECTIVE_TIMEOUT``): how long the ranks of a
   generation wait for each other to start, and how long one collective may wait for a peer.
-- **Checkpoints** on rank 0 every ``--every`` steps, written atomically to storage every node
-  sees. After a restart rank 0 decides the step to resume from, and every rank checks that the
-  checkpoint it loaded is that step.
+- **Checkpoints** on rank 0 every ``--every`` steps, to storage every node sees: the step waits
+  only while the state is copied to the CPU; a thread writes it (atomically: never half a file)
+  while training goes on, and the checkpoint before it is kept as ``NAME.prev.pt``. After a
+  restart rank 0 decides the step to resume from (the previous file if the newest cannot be
+  read), and every rank checks that the checkpoint it loaded is that step. The ranks map the
+  file rather than read it, so the processes of a node share one copy in the page cache.
 - **A stop signal ends the run with a checkpoint.** SIGTERM (a preemption, the job script's
-  time-limit notice, torchrun stopping its workers) sets a flag; after each step the
-  ranks all-reduce their flags, so all of them stop after the same step, rank 0 saves it, and
-  every worker exits with ``STOPPED`` (75), so that torchrun and the scheduler start the job
-  again, to resume from there.
+  time-limit notice, torchrun stopping its workers) sets a flag; every ``--check-every`` steps
+  the ranks all-reduce their flags, so all of them stop after the same step, rank 0 saves it,
+  and every worker exits with ``STOPPED`` (75), so that torchrun and the scheduler start the
+  job again, to resume from there.
 - **One GPU per process**, or an error that says so (``--share-gpus`` allows fewer, with gloo).
 - **The same result after a restart**: a run that crashed and resumed ends with the weights of
   a run that never stopped, bit for bit, with gloo at a fixed world size (the course's tests
-  check it; see ``fix_buckets``). NCCL chooses its algorithms from the topology it finds, so a
-  job requeued onto other nodes may round differently.
+  check it; see ``fix_buckets``). Nothing random is carried in a generator's state: the data
+  order of an epoch comes from ``(--seed, epoch)``, the same on every rank, and the randomness
+  inside a step (here dropout) from ``(--seed, rank, step)``, different on every rank, so a
+  resumed run draws exactly what the first run would have drawn without saving any state.
+  NCCL chooses its algorithms from the topology it finds, so a job requeued onto other nodes
+  may round differently.
+- **A final evaluation shared by all ranks**, each on its part of the data, so that no rank
+  waits in a barrier, under the collective time-out, while one of them evaluates everything.
 
 Two fire drills rehearse failures on purpose (leave them unset in production): ``--crash-at``
 makes one worker die after a step, once; ``--hold-at`` makes every rank wait after a step for a
@@ -29,11 +38,14 @@ stop signal, so that a test can deliver a notice at a known moment.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -57,7 +69,8 @@ from torchhw.distributed.placement import rank_device
 # group within this.
 JOIN_TIMEOUT = timedelta(minutes=10)
 # A rank waiting longer than this in one collective fails (torch's default for NCCL). The
-# other ranks wait in a barrier while rank 0 writes a checkpoint: keep it above the slowest save.
+# longest wait of a healthy run is the other ranks' while rank 0 copies the state to the CPU
+# for a checkpoint and, when the run stops, writes it: keep it above the slowest save.
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 # How long a --hold-at drill waits for its stop signal before it goes on.
 HOLD_LIMIT_S = 120.0
@@ -70,12 +83,16 @@ STOP_MARKER_VARIABLE = "TRAIN_STOP_MARKER"
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--steps", type=int, default=200)
-parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
+parser.add_argument("--every", type=int, default=100,
+                    help="checkpoint every N steps (and after the last); choose N so that the copy "
+                         "to the CPU, the part a step waits for, is a small share of N steps")
 parser.add_argument("--global-batch", type=int, default=64)
 parser.add_argument("--lr", type=float, default=0.05)
-parser.add_argument("--check-every", type=int, default=1,
+parser.add_argument("--seed", type=int, default=0, help="the initial weights, the data order, dropout")
+parser.add_argument("--check-every", type=int, default=10,
                     help="ask the other ranks for a stop signal every N steps (a 4-byte all-reduce "
-                         "and, on a GPU, a wait for it); keep N x step time well inside the grace")
+                         "and, on a GPU, a wait for the steps queued before it); keep N x step time "
+                         "well inside the grace a stop signal leaves")
 parser.add_argument("--checkpoint", required=True, help="on storage every node sees")
 parser.add_argument("--out", required=True, help="the final summary (JSON), written by rank 0")
 parser.add_argument("--stop-marker", default=os.environ.get(STOP_MARKER_VARIABLE, ""),
@@ -163,12 +180,30 @@ def fix_buckets(ddp: DDP, sample: torch.Tensor) -> None:
     ddp.module.zero_grad(set_to_none=True)
 
 
+def previous(path: Path) -> Path:
+    """Where the checkpoint before the newest is kept: ``job.pt`` -> ``job.prev.pt``."""
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
 def saved_step(path: Path) -> int | None:
-    """The step a checkpoint holds, or None without one. The file is memory-mapped, so its
-    tensors are not read into this rank's memory to get one number."""
+    """The step a checkpoint holds, or None without one (or an unreadable one). The file is
+    memory-mapped, so its tensors are not read into this rank's memory to get one number."""
     if not path.exists():
         return None
-    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception as err:
+        say(f"{path} cannot be read ({type(err).__name__}: {str(err)[:120]}); it is left as it is")
+        return None
+
+
+def newest_step(path: Path) -> int:
+    """The step to resume from: the newest checkpoint's, else the previous one's, else 0."""
+    for candidate in (path, previous(path)):
+        step = saved_step(candidate)
+        if step is not None:
+            return step
+    return 0
 
 
 def load_agreed(path: Path, start: int, model: nn.Module, opt: torch.optim.Optimizer,
@@ -179,15 +214,98 @@ def load_agreed(path: Path, start: int, model: nn.Module, opt: torch.optim.Optim
     """
     deadline = time.monotonic() + wait_s
     while True:
-        found = saved_step(path)
-        if found == start:
-            checkpoint.load(path, model, opt, map_location=device, restore_rng=False)
-            return
+        found = {candidate: saved_step(candidate) for candidate in (path, previous(path))}
+        for candidate, step in found.items():
+            if step == start:
+                checkpoint.load(candidate, model, opt, map_location=device, restore_rng=False,
+                                mmap=True)
+                return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"rank {rank} sees step {found} in {path}, rank 0 resumes from step "
-                               f"{start}: every node must see the same checkpoint folder (shared "
-                               f"storage mounted at the same path on every node)")
+            raise RuntimeError(f"rank {rank} sees steps {list(found.values())} in {path} and its "
+                               f"previous copy, rank 0 resumes from step {start}: every node must "
+                               f"see the same checkpoint folder (shared storage mounted at the "
+                               f"same path on every node)")
         time.sleep(1.0)
+
+
+class Saver:
+    """Rank 0's checkpoints: copied to the CPU in the step, written by a thread.
+
+    :meth:`save` waits for the previous write to finish (one at a time), copies the model's and
+    the optimizer's state to the CPU, which is all a step waits for, and starts a thread that
+    first keeps the newest file as :func:`previous` (a hard link, so the newest name never
+    points at nothing) and then writes the copy atomically over the newest. :meth:`wait` waits
+    for the write and raises its error, if it had one. A write cut short by a crash leaves a
+    temporary file that :meth:`tidy` removes at the next start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def tidy(self) -> None:
+        for pattern in (f".{self.path.name}.*.tmp", f".{previous(self.path).name}.link"):
+            for leftover in self.path.parent.glob(pattern):
+                leftover.unlink(missing_ok=True)
+
+    def save(self, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
+        self.wait()
+        payload = checkpoint.state(model, opt, step=step, copy=True)
+        self.thread = threading.Thread(target=self._write, args=(payload,), name="checkpoint")
+        self.thread.start()
+
+    def _write(self, payload: dict) -> None:
+        try:
+            if self.path.exists():
+                link = self.path.with_name(f".{previous(self.path).name}.link")
+                link.unlink(missing_ok=True)
+                try:
+                    os.link(self.path, link)
+                except OSError:  # a file system without hard links
+                    shutil.copyfile(self.path, link)
+                os.replace(link, previous(self.path))
+            checkpoint.write(self.path, payload)
+        except BaseException as err:
+            self.error = err
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RuntimeError(f"writing the checkpoint {self.path} failed: {error}") from error
+
+
+@functools.lru_cache(maxsize=2)
+def epoch_order(seed: int, epoch: int, n: int) -> torch.Tensor:
+    """The order of the rows in one epoch: the same on every rank, and again after a resume."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+def rows(seed: int, step: int, global_batch: int, n: int, rank: int, per_rank: int) -> torch.Tensor:
+    """The rows ``rank`` trains on at ``step``: its slice of the step's part of the epoch."""
+    epoch, slot = divmod(step, n // global_batch)
+    first = slot * global_batch + rank * per_rank
+    return epoch_order(seed, epoch, n)[first:first + per_rank]
+
+
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of one rank's randomness in one step (dropout): other on every rank and step."""
+    return ((seed * 1_000_003 + rank) * 1_000_003 + step) % 2**63
+
+
+def evaluate(model: nn.Module, X: torch.Tensor, Y: torch.Tensor, rank: int, world: int) -> float:
+    """The mean squared error over all the rows, every rank computing every world-th row."""
+    model.eval()
+    with torch.no_grad():
+        mine = slice(rank, None, world)
+        error = nn.functional.mse_loss(model(X[mine]), Y[mine], reduction="sum")
+        total = torch.stack([error, torch.tensor(float(Y[mine].numel()), device=X.device)])
+    dist.all_reduce(total)
+    model.train()
+    return (total[0] / total[1]).item()
 
 
 def any_rank(flag: torch.Tensor, stop: StopFlag) -> bool:
@@ -229,25 +347,29 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before joining: a signal during the start is not lost either
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     backend, device = place(args)
-    generation = init_generation(backend, join_timeout=JOIN_TIMEOUT, timeout=COLLECTIVE_TIMEOUT)
+    # device_id binds NCCL's or XCCL's process group to this rank's GPU; it connects at once
+    generation = init_generation(backend, join_timeout=JOIN_TIMEOUT, timeout=COLLECTIVE_TIMEOUT,
+                                 device_id=device if backend in ("nccl", "xccl") else None)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     X, Y = (t.to(device) for t in regression(n=1024, features=16, seed=0)[0].tensors)
-    torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     path = Path(args.checkpoint)
-    found = (saved_step(path) or 0) if rank == 0 else 0
-    start = agreed_step(found, device)  # rank 0 decides; every rank gets its number
+    saver = Saver(path)
+    if rank == 0:
+        saver.tidy()
+    start = agreed_step(newest_step(path) if rank == 0 else 0, device)  # rank 0 decides
     if start:
         load_agreed(path, start, model, opt, device, rank)
         say(f"rank {rank}: generation {generation}, resumed from step {start}")
 
     ddp = DDP(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
-    if args.global_batch % world:
-        raise ValueError(f"--global-batch {args.global_batch} does not divide among {world} ranks: "
-                         f"choose a multiple of {world}")
+    if args.global_batch % world or args.global_batch > len(X):
+        raise ValueError(f"--global-batch {args.global_batch} does not divide among {world} ranks "
+                         f"or exceeds the {len(X)} rows: choose a multiple of {world}, at most {len(X)}")
     per_rank = args.global_batch // world
     if not args.unsettled_buckets:
         fix_buckets(ddp, X[:per_rank])
@@ -255,10 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     drill = Path(args.drill_marker) if args.drill_marker else None
     node = int(os.environ.get("GROUP_RANK", "0"))
     for s in range(start, args.steps):
-        # the batch depends only on the step, so a resumed run sees exactly the same data
-        first = (s * args.global_batch) % (len(X) - args.global_batch) + rank * per_rank
+        # the rows and the dropout depend only on (seed, rank, step): a resume draws them again
+        mine = rows(args.seed, s, args.global_batch, len(X), rank, per_rank).to(device)
+        torch.manual_seed(step_seed(args.seed, rank, s))
         opt.zero_grad(set_to_none=True)
-        nn.functional.mse_loss(ddp(X[first:first + per_rank]), Y[first:first + per_rank]).backward()
+        nn.functional.mse_loss(ddp(X[mine]), Y[mine]).backward()
         opt.step()
         done = s + 1
         held = done == args.hold_at and drill is not None and not drill.exists()
@@ -267,17 +390,18 @@ def main(argv: list[str] | None = None) -> int:
         # every rank stops after the same step: the ranks ask each other every --check-every
         # steps (every rank asks at the same steps, or the all-reduces would not pair up)
         stopping = (done % args.check_every == 0 or held) and any_rank(flag, stop)
-        if done % args.every == 0 or stopping:
+        if rank == 0 and (done % args.every == 0 or done == args.steps or stopping):
+            saver.save(model, opt, done)
+        if stopping:
             if rank == 0:
-                checkpoint.save(path, model, opt, step=done)  # atomic: never half a file
-                if stopping and args.stop_marker:
+                saver.wait()  # the file is complete before anyone exits
+                if args.stop_marker:
                     # before the barrier: once past it, the other nodes exit, and srun may stop
                     # this one (--kill-on-bad-exit) before a later write reached the disk
                     Path(args.stop_marker).write_text(f"stopped with the checkpoint of step {done}\n")
+                if drill is not None:
+                    drill.write_text(f"stopped by a signal after step {done}\n")
             dist.barrier()
-        if stopping:
-            if drill is not None and rank == 0:
-                drill.write_text(f"stopped by a signal after step {done}\n")
             say(f"rank {rank}: stop signal {stop.name or '(a peer got it)'}: checkpoint of step "
                 f"{done} saved, exiting")
             dist.destroy_process_group()
@@ -288,9 +412,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"rank {rank}: injected fault at step {done}")
             os._exit(1)
 
+    loss = evaluate(model, X, Y, rank, world)  # every rank evaluates its part
     if rank == 0:
-        with torch.no_grad():
-            loss = nn.functional.mse_loss(model(X), Y).item()
+        saver.wait()
         summary = {"steps": args.steps, "world_size": world, "backend": backend,
                    "generation": generation, "digest": digest(model), "loss": loss}
         say(f"rank 0: done, {json.dumps(summary)}")
