@@ -1,3 +1,5 @@
+import os
+import time
 import pytest
 import torch
 
@@ -104,3 +106,27 @@ def test_cost_counts_an_in_place_operation_s_write():
     a, b = torch.randn(100), torch.randn(100)
     c = bench.cost(lambda: a.add_(b))  # reads a and b, writes a
     assert c.bytes == 3 * 4 * 100
+
+
+def test_cpu_busy_sees_another_program_and_between_runs_after_every_round():
+    """cpu_busy, read while this process idles, is the share of its CPUs that others use."""
+    import subprocess
+    import sys
+
+    quiet = bench.cpu_busy(0.2)
+    if quiet is None:
+        pytest.skip("this system does not report CPU time (/proc/stat)")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        loaded = bench.cpu_busy(0.3)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    cpus = len(os.sched_getaffinity(0))
+    assert loaded >= 0.8 / cpus                   # one spinning program fills one of our CPUs
+    assert 0.0 <= quiet <= 1.0 and 0.0 <= loaded <= 1.0
+    seen = []
+    bench.compare_rounds(lambda: None, {"same": lambda: None}, device="cpu", rounds=3, calls=1,
+                         between=seen.append, pressure=None)
+    assert seen == [0, 1, 2]

@@ -363,6 +363,47 @@ def cpu_pressure() -> float | None:
         return None
 
 
+def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of ``cpus`` so far, from /proc/stat; None where it is absent."""
+    busy = total = 0
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *fields = line.split()
+                if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+                    continue
+                ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+                total += sum(ticks)
+                busy += sum(ticks) - ticks[3] - ticks[4]
+    except (OSError, ValueError):
+        return None
+    return (busy, total) if total else None
+
+
+def cpu_busy(window: float = 0.3) -> float | None:
+    """The share of this process's CPUs that were busy over the next ``window`` seconds, from
+    Linux's /proc/stat (user, system, interrupts and steal: time a virtual machine's host gave
+    to others); None where the system does not report it.
+
+    Call it while the work itself is idle (every rank of a job waiting in a barrier), and it
+    measures everything else: other programs, and in a virtual machine the host's other
+    guests. That tells load from outside the job apart from the job's own, which
+    :func:`cpu_wait` cannot where a job runs more threads than cores on purpose. The ticks are
+    10 ms, so a window of 0.3 s on 2 CPUs reads in steps of about 2%.
+    """
+    import os
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    before = _cpu_ticks(cpus)
+    if before is None:
+        return None
+    time.sleep(window)
+    after = _cpu_ticks(cpus)
+    if after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def cpu_wait() -> float | None:
     """Seconds, so far, that this process's threads spent ready to run but waiting for a CPU
     (Linux's scheduler statistics, ``/proc/self/task/*/schedstat``), or None where the system
@@ -488,6 +529,7 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
                    baseline_name: str = "baseline", deadline: float | None = None,
                    calls: int | None = None, work: dict[str, float] | None = None,
                    own_load: Sequence[str] = (), settle: float = 0.05,
+                   between: Callable[[int], Any] | None = None,
                    threads: Callable[[], int] = torch.get_num_threads,
                    clock: Callable[[], float] = timeit.default_timer,
                    pressure: Callable[[], float | None] | None = cpu_wait
@@ -516,7 +558,8 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
     threads than there are CPUs on purpose (to measure what that costs): the waiting they
     cause is their own, so the busy check reads only the other arms' blocks, and each of
     their blocks is followed by ``settle`` seconds, untimed, in which their surplus threads
-    stop spinning before the next arm starts.
+    stop spinning before the next arm starts. ``between`` is called, untimed, with the
+    round's index after every round: a place to probe the machine (:func:`cpu_busy`).
     """
     device = torch.device(device)
     contexts = contexts or {}
@@ -558,6 +601,8 @@ def compare_rounds(baseline: Callable[[], Any], candidates: dict[str, Callable[[
                 busy = (f"the work's threads waited for a CPU for {share:.0%} of round "
                         f"{r + 1}: the cores are oversubscribed (another program, other tenants "
                         f"of a shared host or container, or more threads than cores)")
+        if between is not None:
+            between(r)
     for name, ts in times.items():  # where the system reports no pressure: the rounds' spread
         spread = len(ts) > 1 and max(ts) > BUSY_SPREAD * min(ts)
         if pressure_missing and name not in own_load and spread and not busy:
