@@ -427,6 +427,11 @@ def test_the_saver_keeps_the_previous_checkpoint_and_a_resume_falls_back_to_it(t
     assert path.read_bytes() == damaged
     with pytest.raises(RuntimeError, match=r"rank 3 sees steps \[None, 20\].*resumes from step 30"):
         script.load_agreed(path, 30, fresh, fresh_opt, script.torch.device("cpu"), rank=3, wait_s=0)
+    restarted = script.Saver(path)                       # the next run, resumed from step 20
+    restarted.tidy()
+    restarted.save(fresh, fresh_opt, 25)
+    restarted.wait()                                     # the damaged file is not kept over step 20
+    assert script.saved_step(path) == 25 and script.saved_step(script.previous(path)) == 20
     assert script.newest_step(tmp_path / "none.pt") == 0
 
 

@@ -243,11 +243,15 @@ class Saver:
         self.path = path
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.keep_newest = True  # False while the newest file is one that cannot be read
 
     def tidy(self) -> None:
+        """At the start: remove what a cut write left, and keep an unreadable newest file from
+        replacing a good previous one at the first save."""
         for pattern in (f".{self.path.name}.*.tmp", f".{previous(self.path).name}.link"):
             for leftover in self.path.parent.glob(pattern):
                 leftover.unlink(missing_ok=True)
+        self.keep_newest = not self.path.exists() or saved_step(self.path) is not None
 
     def save(self, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
         self.wait()
@@ -257,7 +261,7 @@ class Saver:
 
     def _write(self, payload: dict) -> None:
         try:
-            if self.path.exists():
+            if self.path.exists() and self.keep_newest:
                 link = self.path.with_name(f".{previous(self.path).name}.link")
                 link.unlink(missing_ok=True)
                 try:
@@ -266,6 +270,7 @@ class Saver:
                     shutil.copyfile(self.path, link)
                 os.replace(link, previous(self.path))
             checkpoint.write(self.path, payload)
+            self.keep_newest = True
         except BaseException as err:
             self.error = err
 
