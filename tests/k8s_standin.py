@@ -8,6 +8,11 @@ controller would set. What happens when a pod's command exits non-zero is the co
 - ``restart="gang"``: a JobSet with ``failurePolicy.maxRestarts`` (Kubeflow Trainer v2), whose
   Job has ``restartPolicy: Never`` and ``backoffLimit: 0``: a failed pod fails the Job, every
   pod is stopped (SIGTERM, then SIGKILL after the grace period) and all are started again.
+  ``free_disruptions=True``: the Job's ``podFailurePolicy`` fails it on a pod's
+  ``DisruptionTarget`` condition or on exit code 75 (the workers stopped with a checkpoint), and
+  the JobSet's rule for that reason restarts without counting: a pod that exits after an
+  eviction (:meth:`Pods.terminate`), or that stopped because another pod was evicted, uses no
+  restart.
 
 An eviction or preemption is SIGTERM to the pod's first process (here torchrun's agent, through
 the guard that stops it if the test dies). ``on_line`` sees every line as it comes and may call
@@ -30,11 +35,14 @@ from torchhw.distributed.agents import stop_agent
 class Pods:
     def __init__(self, commands: Sequence[Sequence[str]], envs: Sequence[dict[str, str]], *,
                  restart: str, max_restarts: int, grace_s: float = 30.0,
+                 free_disruptions: bool = False,
                  on_line: Callable[[Pods, int, str], None] | None = None) -> None:
         assert restart in ("pod", "gang")
         self.commands, self.envs = [list(c) for c in commands], list(envs)
         self.restart, self.max_restarts, self.grace_s = restart, max_restarts, grace_s
         self.on_line = on_line
+        self.free_disruptions = free_disruptions
+        self.evicted: set[int] = set()
         self.restarts = 0
         self.lines: list[str] = []
         self.events: list[str] = []
@@ -64,6 +72,7 @@ class Pods:
         p = self.procs[i]
         if p is not None and p.poll() is None:
             self.events.append(f"SIGTERM to pod {i}")
+            self.evicted.add(i)
             p.send_signal(signal.SIGTERM)
 
     def run(self, timeout: float) -> None:
@@ -83,10 +92,17 @@ class Pods:
                         done[i] = True
                         continue
                     self.events.append(f"pod {i} exited {p.returncode}")
-                    if self.restarts >= self.max_restarts:
+                    # the pod's DisruptionTarget condition, or the exit code of workers that
+                    # stopped with a checkpoint (75): the Job's podFailurePolicy, either way
+                    disrupted = self.free_disruptions and (i in self.evicted or p.returncode == 75)
+                    self.evicted.discard(i)
+                    if disrupted:
+                        self.events.append(f"pod {i} was disrupted: no restart counted")
+                    elif self.restarts >= self.max_restarts:
                         raise RuntimeError(f"pod {i} failed (exit {p.returncode}) with no restart "
                                            f"left ({self.restarts} used):\n" + self.tail())
-                    self.restarts += 1
+                    else:
+                        self.restarts += 1
                     if self.restart == "pod":
                         self.events.append(f"pod {i} restarted")
                         self.start(i)

@@ -42,7 +42,8 @@ def test_slurm_script_matches_the_job(job):
     assert f"#SBATCH --cpus-per-task={job.cpus_per_proc * job.procs_per_node}\n" in script
     assert (f"#SBATCH --gpus-per-node={job.gpus_per_node}" in script) == bool(job.gpus_per_node)
     assert "#SBATCH --requeue" in script and "--signal=B:USR1@" in script
-    assert 'srun --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1' in script
+    assert 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1' in script  # every node alike
+    assert script.index("source /shared/venv") < script.index("set -u\n")  # set-up before -u
     assert "source /shared/venv/bin/activate" in script
     assert f"--nnodes={job.nodes}" in script and "--rdzv-backend=c10d" in script
     assert "#SBATCH --exclusive" in script and '--output="logs/$SLURM_JOB_ID/node%n.out"' in script
@@ -129,6 +130,9 @@ def test_trainjob_and_its_runtime_validate_against_trainer_v2_models(job):
     trainer = train["spec"]["trainer"]
     assert trainer["numNodes"] == job.nodes and trainer["numProcPerNode"] == job.procs_per_node
     assert trainer["image"] == IMAGE and "--max-restarts=0" in trainer["command"]
+    assert trainer["command"][:2] == ["sh", "-c"] and trainer["command"][3] == "torchrun"
+    assert {"name": "TRAIN_STOP_MARKER", "value": job.stop_marker} in trainer["env"]
+    assert "activeDeadlineSeconds" not in train["spec"]  # none unless asked: queueing counts
     spec = runtime["spec"]
     assert spec["mlPolicy"]["numNodes"] == job.nodes and "torch" in spec["mlPolicy"]
     assert spec["podGroupPolicy"]["coscheduling"]["scheduleTimeoutSeconds"] > 0  # a gang
@@ -170,6 +174,22 @@ def test_bad_jobs_are_refused():
     jobs.pytorchjob(jobs.Job("x", image="localhost:5000/digits@sha256:" + "0" * 64))
     with pytest.raises(ValueError, match="shorter than the notice"):
         jobs.Job("x", notice_s=60, stop_grace_s=60)
+    with pytest.raises(ValueError, match="counts the time in the queue"):
+        jobs.Job("x", time_limit="04:00:00", deadline_s=3600)
+
+
+def test_a_kubernetes_deadline_only_when_asked_and_a_patient_rendezvous():
+    """activeDeadlineSeconds counts queueing and ends a job for good: only when asked for.
+    The PyTorchJob's pods wait up to 10 minutes for worker-0's rendezvous store."""
+    plain = jobs.Job("x", image=IMAGE)
+    assert "activeDeadlineSeconds" not in jobs.pytorchjob(plain)["spec"]["runPolicy"]
+    assert "activeDeadlineSeconds" not in jobs.trainjob(plain)["spec"]
+    bounded = jobs.Job("x", image=IMAGE, time_limit="04:00:00", deadline_s=6 * 3600)
+    assert jobs.pytorchjob(bounded)["spec"]["runPolicy"]["activeDeadlineSeconds"] == 6 * 3600
+    assert jobs.trainjob(bounded)["spec"]["activeDeadlineSeconds"] == 6 * 3600
+    conf = {c["key"]: c["value"] for c in jobs.pytorchjob(plain)["spec"]["elasticPolicy"]["rdzvConf"]}
+    assert int(conf["read_timeout"]) >= 600 and int(conf["join_timeout"]) >= 600
+    assert jobs.operator_env(plain, "h:1")["PET_RDZV_CONF"] == "read_timeout=600,join_timeout=600"
 
 
 def test_the_defaults_follow_the_shared_folder_the_name_and_the_gpus():
@@ -311,9 +331,13 @@ def container(manifest_pod: dict) -> tuple[list[str], dict[str, str]]:
     """The container's command, with torchrun as this Python's module, and its variables."""
     c = manifest_pod["containers"][0] if "containers" in manifest_pod else manifest_pod
     command = c["command"]
+    env = {e["name"]: e["value"] for e in c.get("env", [])}
+    torchrun = f'{sys.executable} -m torch.distributed.run'
+    if command[:2] == ["sh", "-c"]:  # the TrainJob's wrapper: sh -c SCRIPT torchrun ARGS...
+        assert 'torchrun "$@"' in command[2] and command[3] == "torchrun"
+        return ["sh", "-c", command[2].replace('torchrun "$@"', f'{torchrun} "$@"'), *command[3:]], env
     assert command[0] == "torchrun"
-    return [sys.executable, "-m", "torch.distributed.run", *command[1:]], \
-        {e["name"]: e["value"] for e in c.get("env", [])}
+    return [*torchrun.split(), *command[1:]], env
 
 
 def run_pytorchjob(job: jobs.Job, on_line=None) -> Pods:
@@ -372,8 +396,17 @@ def run_trainjob(job: jobs.Job, on_line=None) -> Pods:
     command, env = container(trainer)
     port = free_port()
     envs = [dict(env, **jobs.trainer_env(job, i, "127.0.0.1", port)) for i in range(trainer["numNodes"])]
+    policy = runtime["spec"]["template"]["spec"]["failurePolicy"]
+    job_spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    # disruptions are free when the Job fails on DisruptionTarget and on the stopped exit code,
+    # and the JobSet ignores that reason
+    rules = [r for r in job_spec["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    on_disruption = any(c["type"] == "DisruptionTarget" for r in rules for c in r.get("onPodConditions", [])) \
+        and any(jobs.STOPPED_EXIT in r["onExitCodes"]["values"] for r in rules if "onExitCodes" in r)
+    ignored = any(r["action"] == "RestartJobSetAndIgnoreMaxRestarts" and
+                  "PodFailurePolicy" in r["onJobFailureReasons"] for r in policy["rules"])
     pods = Pods([command] * trainer["numNodes"], envs, restart="gang",
-                max_restarts=runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"],
+                max_restarts=policy["maxRestarts"], free_disruptions=on_disruption and ignored,
                 on_line=on_line)
     pods.run(timeout=240)
     return pods
@@ -389,6 +422,7 @@ def test_the_trainjob_survives_a_crash_and_a_preemption(tmp_path, reference):
     preempted = small_job(tmp_path / "preempt", "--hold-at", str(AT))
     pods = run_trainjob(preempted, on_line=evict_when_holding(1))
     assert "SIGTERM to pod 1" in pods.events and "every pod recreated" in pods.events, pods.tail()
+    assert "pod 1 was disrupted: no restart counted" in pods.events and pods.restarts == 0
     assert f"stopped by a signal after step {AT}" in drill_note(preempted)
     assert resumed(pods.output, AT) and result(preempted)["digest"] == reference, pods.tail()
     assert not leftovers()

@@ -57,8 +57,11 @@ class Job:
     checkpoint: the Slurm script names it in ``$TRAIN_STOP_MARKER`` (train.py's
     ``--stop-marker`` reads it from there) and requeues the job when it finds it, and only then.
     A script of your own must write it too, or a stopped job is not requeued.
-    ``time_limit`` bounds the Kubernetes jobs as well (``activeDeadlineSeconds``), restarts
-    included.
+    ``time_limit`` is Slurm's, which counts only the time the job runs. ``deadline_s`` (none by
+    default) is Kubernetes' ``activeDeadlineSeconds`` for both manifests: it counts from the
+    job's creation (Trainer) or the operator's first look at it (PyTorchJob), the time the pods
+    wait in the queue for their gang included, and a job past it fails for good, with no
+    restart: give it the training time plus the longest wait you accept, or leave it unset.
     """
 
     name: str
@@ -78,6 +81,7 @@ class Job:
     setup: list[str] | None = None         # Slurm: the environment each node needs
     image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
     gang_scheduler: str = "scheduler-plugins-scheduler"  # Kubernetes: the gang scheduler's name
+    deadline_s: int | None = None          # Kubernetes: activeDeadlineSeconds (queueing counts)
     partition: str | None = None
     stop_marker: str | None = None         # written when a stop signal ended in a checkpoint
 
@@ -108,6 +112,10 @@ class Job:
             raise ValueError(f"time_limit {self.time_limit!r} is not longer than the notice "
                              f"({self.notice_s} s before it): give the job more time or a shorter "
                              f"notice_s")
+        if self.deadline_s is not None and self.deadline_s <= self.time_limit_s:
+            raise ValueError(f"deadline_s {self.deadline_s} is not longer than the time limit "
+                             f"({self.time_limit_s} s): a Kubernetes deadline counts the time in "
+                             f"the queue too; give the training time plus the wait you accept")
         if self.stop_grace_s >= self.notice_s:
             raise ValueError(f"stop_grace_s ({self.stop_grace_s}) must be shorter than the "
                              f"notice ({self.notice_s} s): the checkpoint must be written in time")
@@ -224,8 +232,10 @@ def slurm_script(job: Job) -> str:
         lines.append(f"#SBATCH --partition={job.partition}")
     lines += [
         "",
-        "set -euo pipefail",
+        "set -eo pipefail",
+        "# -u (unset variables are errors) after the set-up: conda's and Lmod's scripts read unset ones",
         *_setup_lines(job.setup),
+        "set -u",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # sed reads all: no SIGPIPE',
         "# per job, so that a job never meets an earlier job's leftovers on its node; below 32768,",
         "# where Linux hands out ephemeral ports (ip_local_port_range), so no outgoing connection holds it",
@@ -276,11 +286,11 @@ def slurm_script(job: Job) -> str:
         "trap notice USR1",
         "",
         "echo \"$(date +%T) job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart ${SLURM_RESTART_COUNT:-0}\"",
-        "# --cpus-per-task: the whole node, which --exclusive gave the job (Slurm 22.05 to",
-        "# 23.02 did not pass sbatch's value on to a step; naming it is right on every version).",
+        "# --cpus-per-task: what sbatch asked for on every node (Slurm 22.05 to 23.02 did not pass",
+        "# it on to a step; naming it is right on every version, and on nodes of different sizes).",
         "# --kill-on-bad-exit: one node's agent failing for good ends the others' too.",
         "# --output: one log per node (%n: the node's number in the job).",
-        'srun --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 \\',
+        'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',
         f'  --output="{logs}/node%n.out" --open-mode=append \\',
         "  " + " ".join(_shell_word(c) for c in command) + " &",
         "srun_pid=$!",
@@ -375,11 +385,11 @@ def pytorchjob(job: Job) -> dict[str, Any]:
         "metadata": {"name": job.name},
         "spec": {
             "elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": job.nodes,
-                              "maxReplicas": job.nodes, "maxRestarts": job.max_restarts},
+                              "maxReplicas": job.nodes, "maxRestarts": job.max_restarts,
+                              "rdzvConf": [{"key": k, "value": v} for k, v in RDZV_CONF.items()]},
             "nprocPerNode": str(job.procs_per_node),
             "runPolicy": {"backoffLimit": job.max_restarts, "cleanPodPolicy": "Running",
-                          # time_limit, counted from the job's start, restarts included
-                          "activeDeadlineSeconds": job.time_limit_s,
+                          **_deadline(job),
                           "schedulingPolicy": {"minAvailable": job.nodes,
                                                "scheduleTimeoutSeconds": 600}},
             "pytorchReplicaSpecs": {"Worker": worker()},
@@ -387,11 +397,31 @@ def pytorchjob(job: Job) -> dict[str, Any]:
     }
 
 
+# The TrainJob's container: torchrun, then exit 75 (the training script's STOPPED) when the
+# workers stopped on a signal with a checkpoint, as their stop marker says; torchrun itself
+# exits 1 for a stop and a crash alike. The Job's podFailurePolicy tells the two apart by it.
+STOPPED_EXIT = 75
+TRAINER_WRAPPER = ('rm -f "$TRAIN_STOP_MARKER"; torchrun "$@"; code=$?; '
+                   f'if [ -e "$TRAIN_STOP_MARKER" ]; then exit {STOPPED_EXIT}; fi; exit "$code"')
+
+
+def _deadline(job: Job) -> dict[str, int]:
+    """``activeDeadlineSeconds`` where the job asks for one (see ``Job.deadline_s``)."""
+    return {} if job.deadline_s is None else {"activeDeadlineSeconds": job.deadline_s}
+
+
+# How long a pod's torchrun waits for the rendezvous store, which worker-0's torchrun hosts:
+# c10d's read_timeout, 60 s by default, is shorter than an image pull on a cold node, and
+# each pod that gives up before worker-0 runs costs a restart of the backoffLimit.
+RDZV_CONF = {"read_timeout": "600", "join_timeout": "600"}
+
+
 def operator_env(job: Job, rdzv_endpoint: str) -> dict[str, str]:
     """The variables the training operator gives each pod of an elastic PyTorchJob."""
     return {"PET_NNODES": f"{job.nodes}:{job.nodes}", "PET_NPROC_PER_NODE": str(job.procs_per_node),
             "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": rdzv_endpoint,
-            "PET_MAX_RESTARTS": str(job.max_restarts)}
+            "PET_MAX_RESTARTS": str(job.max_restarts),
+            "PET_RDZV_CONF": ",".join(f"{k}={v}" for k, v in RDZV_CONF.items())}
 
 
 def pytorchjob_yaml(job: Job) -> str:
@@ -407,7 +437,12 @@ def training_runtime(job: Job) -> dict[str, Any]:
     node's workers alone. Trainer runs the nodes as one indexed Job; with ``restartPolicy:
     Never`` and ``backoffLimit: 0`` a failed pod fails that Job, and the JobSet's
     ``failurePolicy`` recreates every node (up to ``max_restarts`` times), which resume from
-    the checkpoint.
+    the checkpoint. A pod that Kubernetes disrupted (preempted, evicted, its node drained: the
+    pod condition ``DisruptionTarget``) fails the Job through its ``podFailurePolicy``, and the
+    JobSet's rule for that reason recreates the nodes without counting a restart, so
+    preemptions do not use up ``max_restarts``. So does a pod whose workers stopped with a
+    checkpoint on a stop signal (exit 75, see ``TRAINER_WRAPPER``): whichever pod the Job sees
+    fail first after an eviction, its failure is free, while a crash still counts.
     ``podGroupPolicy`` gang-schedules the nodes (the scheduler-plugins coscheduling plugin).
     """
     volumes, mounts = _volumes(job)
@@ -420,7 +455,9 @@ def training_runtime(job: Job) -> dict[str, Any]:
             "mlPolicy": {"numNodes": job.nodes, "torch": {}},
             "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 600}},
             "template": {"spec": {
-                "failurePolicy": {"maxRestarts": job.max_restarts},
+                "failurePolicy": {"maxRestarts": job.max_restarts, "rules": [
+                    {"name": "disruptions-are-free", "action": "RestartJobSetAndIgnoreMaxRestarts",
+                     "onJobFailureReasons": ["PodFailurePolicy"]}]},
                 "replicatedJobs": [{
                     "name": "node",
                     "template": {
@@ -428,7 +465,14 @@ def training_runtime(job: Job) -> dict[str, Any]:
                         # a failed pod fails the Job at once (Kubernetes would otherwise restart
                         # the container in place, up to 6 times, while the other nodes wait in a
                         # collective), and the JobSet recreates every node
-                        "spec": {"backoffLimit": 0, "template": {"spec": {
+                        "spec": {"backoffLimit": 0,
+                                 "podFailurePolicy": {"rules": [
+                                     {"action": "FailJob", "onPodConditions": [
+                                         {"type": "DisruptionTarget", "status": "True"}]},
+                                     {"action": "FailJob", "onExitCodes": {
+                                         "containerName": "node", "operator": "In",
+                                         "values": [STOPPED_EXIT]}}]},
+                                 "template": {"spec": {
                             "restartPolicy": "Never",
                             # the coscheduling plugin labels the pods but names no scheduler: unless
                             # it is the cluster's default one, name it, or there is no gang
@@ -455,15 +499,15 @@ def trainjob(job: Job) -> dict[str, Any]:
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
                            "name": f"{job.name}-runtime"},
-            # time_limit, counted from the job's start, restarts included (Trainer v2.2 or later)
-            "activeDeadlineSeconds": job.time_limit_s,
+            **_deadline(job),  # Trainer v2.2 or later
             "trainer": {
                 "image": job.pinned_image(),
                 # no restarts inside torchrun: the rendezvous is static, the JobSet restarts
-                "command": ["torchrun", "--max-restarts=0", *container_command(job)[1:]],
+                "command": ["sh", "-c", TRAINER_WRAPPER, "torchrun", "--max-restarts=0",
+                            *container_command(job)[1:]],
                 "numNodes": job.nodes,
                 "numProcPerNode": job.procs_per_node,
-                "env": _env(job),
+                "env": _env(job) + [{"name": "TRAIN_STOP_MARKER", "value": job.stop_marker}],
                 "resourcesPerNode": _resources(job),
             },
         },
