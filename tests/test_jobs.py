@@ -467,6 +467,14 @@ def test_the_saver_keeps_the_previous_checkpoint_and_a_resume_falls_back_to_it(t
     restarted.wait()                                     # the damaged file is not kept over step 20
     assert script.saved_step(path) == 25 and script.saved_step(script.previous(path)) == 20
     assert script.newest_step(tmp_path / "none.pt") == 0
+    # a checkpoint remembers what decides the data order; a resume with other values is refused
+    saver.save(model, opt, 40, seed=0, global_batch=64)
+    saver.wait()
+    script.load_agreed(path, 40, fresh, fresh_opt, script.torch.device("cpu"), rank=0, wait_s=0,
+                       seed=0, global_batch=64)
+    with pytest.raises(ValueError, match=r"saved by a run with \{'seed': 0, 'global_batch': 64\}.*new name"):
+        script.load_agreed(path, 40, fresh, fresh_opt, script.torch.device("cpu"), rank=0, wait_s=0,
+                           seed=0, global_batch=128)
 
 
 def test_a_failed_write_is_raised_and_a_cut_write_is_tidied(tmp_path, monkeypatch):

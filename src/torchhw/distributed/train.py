@@ -50,6 +50,7 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -207,16 +208,25 @@ def newest_step(path: Path) -> int:
 
 
 def load_agreed(path: Path, start: int, model: nn.Module, opt: torch.optim.Optimizer,
-                device: torch.device, rank: int, wait_s: float = 60.0) -> None:
+                device: torch.device, rank: int, wait_s: float = 60.0, **run: Any) -> None:
     """Load the checkpoint of step ``start`` (rank 0's decision); fail if this rank sees another.
 
     A network file system can show a node an older file for a while: wait for the right one.
+    ``run`` (the seed and the global batch, which decide every step's rows) must equal what
+    the checkpoint's run saved. The world size may change: the rows of a step stay the same.
     """
     deadline = time.monotonic() + wait_s
     while True:
         found = {candidate: saved_step(candidate) for candidate in (path, previous(path))}
         for candidate, step in found.items():
             if step == start:
+                extra = torch.load(candidate, map_location="cpu", weights_only=True, mmap=True)["extra"]
+                kept = {k: (extra or {}).get(k) for k in run}
+                if kept != run:  # refused before anything is loaded
+                    raise ValueError(f"{candidate} was saved by a run with {kept}, this run has "
+                                     f"{run}: step {start}'s data would not be the data the run "
+                                     f"trained up to it with. Resume with the same values, or "
+                                     f"start a new run under a new name (a new --checkpoint)")
                 checkpoint.load(candidate, model, opt, map_location=device, restore_rng=False,
                                 mmap=True)
                 return
@@ -253,9 +263,10 @@ class Saver:
                 leftover.unlink(missing_ok=True)
         self.keep_newest = not self.path.exists() or saved_step(self.path) is not None
 
-    def save(self, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
+    def save(self, model: nn.Module, opt: torch.optim.Optimizer, step: int, **run: Any) -> None:
+        """``run``: what the data order depends on (kept in the file, checked on resuming)."""
         self.wait()
-        payload = checkpoint.state(model, opt, step=step, copy=True)
+        payload = checkpoint.state(model, opt, step=step, copy=True, **run)
         self.thread = threading.Thread(target=self._write, args=(payload,), name="checkpoint")
         self.thread.start()
 
@@ -363,12 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     path = Path(args.checkpoint)
+    run = {"seed": args.seed, "global_batch": args.global_batch}  # they decide every step's rows
     saver = Saver(path)
     if rank == 0:
         saver.tidy()
     start = agreed_step(newest_step(path) if rank == 0 else 0, device)  # rank 0 decides
     if start:
-        load_agreed(path, start, model, opt, device, rank)
+        load_agreed(path, start, model, opt, device, rank, **run)
         say(f"rank {rank}: generation {generation}, resumed from step {start}")
 
     ddp = DDP(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
@@ -396,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         # steps (every rank asks at the same steps, or the all-reduces would not pair up)
         stopping = (done % args.check_every == 0 or held) and any_rank(flag, stop)
         if rank == 0 and (done % args.every == 0 or done == args.steps or stopping):
-            saver.save(model, opt, done)
+            saver.save(model, opt, done, **run)
         if stopping:
             if rank == 0:
                 saver.wait()  # the file is complete before anyone exits
