@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.autograd.forward_ad
 
-from ..checks import Wrong, exercise, same_tensor
+from ..checks import Wrong, exercise, hints_for, same_tensor
 
 
 class _UsedAutograd(Exception):
@@ -35,26 +35,52 @@ def _autograd_forbidden() -> Iterator[None]:
         torch.autograd._engine_run_backward, torch.autograd.forward_ad.make_dual = saved
 
 
+def _without_autograd(fn: Callable[..., Any], instead: str) -> Any:
+    """``fn()``, or Wrong if it asked autograd (reverse or forward mode) for the answer;
+    ``instead`` says what the exercise asks for."""
+    try:
+        with _autograd_forbidden():
+            return fn()
+    except _UsedAutograd:
+        raise Wrong("your answer asks autograd (backward, torch.autograd.grad or torch.func) "
+                    f"for the gradient; {instead}") from None
+
+
 @exercise(1, "a derivative by hand",
-          hint="differentiate term by term: d/dx x^3 = 3x^2, d/dx sin(x) = cos(x), and the "
-               "derivative of a constant times x is that constant.")
+          hint="differentiate f one term at a time, with the rules for a power, for sin, and "
+               "for a constant times x; the derivative of a sum is the sum of the derivatives.",
+          more="d/dx x^3 = 3x^2, d/dx sin(x) = cos(x), and the derivative of a constant times "
+               "x is that constant: f'(x) = 3 * x**2 + torch.cos(x) - 4, elementwise.")
 def check_1(grad_f: Callable[[torch.Tensor], torch.Tensor]) -> str:
     x = torch.linspace(-2, 2, 9, dtype=torch.float64, requires_grad=True)
     (x**3 + torch.sin(x) - 4 * x).sum().backward()
-    try:
-        with _autograd_forbidden():
-            got = grad_f(x.detach())
-    except _UsedAutograd:
-        raise Wrong("your grad_f asks autograd (backward, torch.autograd.grad or torch.func) "
-                    "for the answer; by hand means writing the derivative as a formula.") from None
-    same_tensor(got, x.grad, "grad_f(x)", atol=1e-9)
+    want = x.grad
+    got = _without_autograd(lambda: grad_f(x.detach().clone()),
+                            "by hand means writing the derivative as a formula.")
+    if isinstance(got, torch.Tensor) and got.shape == want.shape:
+        got64 = got.detach().to(torch.float64)
+        xs = x.detach()
+        for value, reason in [(want + 4, "that is 4 too large everywhere: the derivative of "
+                                         "-4x is -4"),
+                              (want - 2 * torch.cos(xs), "the derivative of sin(x) is +cos(x)"),
+                              (want - 3 * xs**2 + xs**2, "the derivative of x^3 is 3x^2")]:
+            if torch.allclose(got64, value, atol=1e-9):
+                raise Wrong(f"grad_f(x) has the right shape but wrong values: {reason}.")
+        error = (got64 - want).abs().max().item()
+        if 1e-12 < error < 1e-3:
+            raise Wrong(f"grad_f(x) is close to the derivative but not exactly it (largest error "
+                        f"{error:.2g}): that is a numerical estimate. By hand means writing the "
+                        "derivative as a formula, which autograd matches to round-off.")
+    same_tensor(got, want, "grad_f(x)", atol=1e-12, rtol=1e-12)
     return "Autograd computes exactly this, for every operation it recorded."
 
 
 @exercise(2, "central finite differences",
-          hint="for each coordinate i: (f(x + eps e_i) - f(x - eps e_i)) / (2 eps), where e_i "
+          hint="nudge one coordinate of x a little up and a little down, and see how much f "
+               "changes per unit of the nudge. Do it for every coordinate.",
+          more="for each coordinate i: (f(x + eps e_i) - f(x - eps e_i)) / (2 eps), where e_i "
                "is 1 at position i and 0 elsewhere. Its error shrinks like eps^2, a one-sided "
-               "difference's only like eps.")
+               "difference's, (f(x + eps e_i) - f(x)) / eps, only like eps.")
 def check_2(numerical_grad: Callable[..., torch.Tensor]) -> str:
     g = torch.Generator().manual_seed(2)
     functions = {"sum(exp(x))": lambda x: x.exp().sum(),
@@ -64,20 +90,38 @@ def check_2(numerical_grad: Callable[..., torch.Tensor]) -> str:
         x = torch.randn(3, generator=g, dtype=torch.float64)
         xg = x.clone().requires_grad_(True)
         f(xg).backward()
-        got = numerical_grad(f, x.clone(), eps=1e-6)
+        want = xg.grad
+        got = _without_autograd(lambda: numerical_grad(f, x.clone(), eps=1e-6),
+                                "a finite difference estimates it from values of f alone.")
         if isinstance(got, (list, tuple)):  # the task never asked for a tensor: a list is fine
             try:
                 got = torch.tensor([float(v) for v in got], dtype=torch.float64)
             except (TypeError, ValueError):
                 raise Wrong(f"numerical_grad for {name} returned {got!r}: expected one number "
                             "per coordinate of x.") from None
-        same_tensor(got, xg.grad, f"numerical_grad for {name}", atol=1e-8, rtol=1e-7)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape:
+            got64 = got.detach().to(torch.float64)
+            one_sided = _forward_difference(f, x.clone(), 1e-6)
+            for value, tol, reason in [
+                    (2 * want, 1e-6, "twice the gradient: the step from x - eps to x + eps is "
+                                     "2 eps long"),
+                    (want / 2, 1e-6, "half the gradient: divide by 2 eps, not 4 eps"),
+                    (one_sided, 1e-12, "that is a one-sided difference, f(x + eps) - f(x): the "
+                                       "exercise asks for the central one, from x - eps to "
+                                       "x + eps")]:
+                if not torch.allclose(value, want, atol=1e-8, rtol=1e-7) and \
+                        torch.allclose(got64, value, atol=tol, rtol=tol):
+                    raise Wrong(f"numerical_grad for {name}: {reason}.")
+        same_tensor(got, want, f"numerical_grad for {name}", atol=1e-8, rtol=1e-7)
     return "This is how gradcheck decides whether a backward is right."
 
 
 @exercise(3, "a custom autograd.Function",
-          hint="forward saves x with ctx.save_for_backward(x) and returns x**3; backward gets "
-               "grad_output and must return grad_output * 3 * x**2 (the chain rule).")
+          hint="forward computes x**3 and keeps, through ctx, what backward will need; backward "
+               "receives the gradient of the output and returns the gradient of the input.",
+          more="forward saves x with ctx.save_for_backward(x) and returns x**3; backward reads "
+               "(x,) = ctx.saved_tensors, gets grad_output and must return "
+               "grad_output * 3 * x**2 (the chain rule).")
 def check_3(Cube: Any) -> str:
     if not (isinstance(Cube, type) and issubclass(Cube, torch.autograd.Function)):
         raise Wrong("pass the class itself, a subclass of torch.autograd.Function.")
@@ -89,6 +133,16 @@ def check_3(Cube: Any) -> str:
                     "attribute (ctx.x = x) hides it from autograd, which then cannot catch an "
                     "in-place change to x (the version counter, section 5) and may keep it "
                     "alive longer than the graph.")
+    if out.grad_fn is None:
+        raise Wrong("Cube.apply(x) gave a result autograd cannot go back through: compute "
+                    "it from x inside forward, not from x.detach() or under no_grad.")
+    upstream = torch.full_like(x, 2.0)
+    (grad,) = torch.autograd.grad(out, x, upstream)
+    slope = 3 * x.detach() ** 2
+    if torch.allclose(grad, slope) and not torch.allclose(grad, upstream * slope):
+        raise Wrong("backward returns 3 x^2 whatever gradient it receives: multiply by "
+                    "grad_output (the chain rule), or a Cube inside a larger formula gets the "
+                    "wrong gradient.")
     try:
         torch.autograd.gradcheck(Cube.apply, (x,), raise_exception=True)
     except Exception as err:
@@ -148,12 +202,14 @@ def _forward_difference(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda x: 3 * x**2 + torch.cos(x) - 4,
     2: _central,
     3: _Cube,
 }
+
 
 def _grad_by_autograd(x: torch.Tensor) -> torch.Tensor:
     x = x.clone().requires_grad_(True)
@@ -165,21 +221,69 @@ def _grad_by_torch_func(x: torch.Tensor) -> torch.Tensor:
     return torch.func.grad(lambda t: (t**3 + torch.sin(t) - 4 * t).sum())(x)
 
 
+def _grad_by_differences(x: torch.Tensor) -> torch.Tensor:
+    """Not autograd, but not by hand either: a numerical estimate, near and not exact."""
+    f = lambda t: t**3 + torch.sin(t) - 4 * t  # noqa: E731
+    return (f(x + 1e-6) - f(x - 1e-6)) / 2e-6
+
+
+def _numerical_by_autograd(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                           eps: float = 1e-6) -> torch.Tensor:
+    """The exact gradient, asked of autograd: not the estimate the exercise asks for."""
+    return torch.func.grad(f)(x)
+
+
 def _central_list(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                   eps: float = 1e-6) -> list[float]:
     """The same central difference, returned as a plain list: also a right answer."""
     return [float(v) for v in _central(f, x, eps)]
 
 
+def _central_in_place(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                      eps: float = 1e-6) -> torch.Tensor:
+    """Nudges x itself and puts it back: another right way to write it."""
+    grad = torch.empty_like(x)
+    for i in range(x.numel()):
+        old = x[i].item()
+        x[i] = old + eps
+        up = f(x)
+        x[i] = old - eps
+        down = f(x)
+        x[i] = old
+        grad[i] = (up - down) / (2 * eps)
+    return grad
+
+
+class _CubeSavingOutput(torch.autograd.Function):
+    """Saves what backward needs in another form: also right."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 3 * grad_output * x * x
+
+
 WRONG: dict[int, list[Any]] = {
+    # the hint's warning (the constant's derivative), a sign, and the task's rule (no autograd)
     1: [lambda x: 3 * x**2 + torch.cos(x), lambda x: x**2 - torch.cos(x) - 4,
-        _grad_by_autograd, _grad_by_torch_func],
+        _grad_by_autograd, _grad_by_torch_func, lambda x: 3 * x**2 - torch.cos(x) - 4,
+        _grad_by_differences],
+    # the hint's warning (one-sided), a factor of 2, a constant, and the rule (no autograd)
     2: [_forward_difference, lambda f, x, eps=1e-6: _central(f, x, eps) / 2,
-        lambda f, x, eps=1e-6: [0.0] * x.numel()],
+        lambda f, x, eps=1e-6: [0.0] * x.numel(), lambda f, x, eps=1e-6: 2 * _central(f, x, eps),
+        _numerical_by_autograd],
+    # the hint's warning (grad_output dropped) and the task's rule (save_for_backward)
     3: [_CubeForgetsChainRule, lambda x: x**3, _CubeOnCtx],
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {
-    2: [_central_list],
+    1: [lambda x: 3 * x * x + x.cos() - 4],
+    2: [_central_list, _central_in_place],
+    3: [_CubeSavingOutput],
 }
 """Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

@@ -9,33 +9,77 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..checks import Wrong, close, equal, exercise
+from ..checks import Wrong, close, equal, exercise, hints_for, why
+
+
+def _time_to(seconds: Sequence[float], acc: Sequence[float], target: float,
+             strict: bool = False, own: bool = True) -> float | None:
+    """Time to accuracy; ``strict=True`` (only above the target counts) and ``own=False`` (the
+    epoch that reaches it left out) are typical wrong versions."""
+    for i, a in enumerate(acc):
+        if a > target if strict else a >= target:
+            return sum(seconds[:i + 1 if own else i])
+    return None
 
 
 @exercise(1, "time to accuracy",
-          hint="add up the epochs' seconds until the first epoch whose accuracy reaches the "
-               "target, and return that sum; return None when no epoch reaches it.")
+          hint="walk through the epochs in order, keeping a running total of the time. When do "
+               "you stop, what do you return then, and what if you never stop?",
+          more="add up the epochs' seconds until the first epoch whose accuracy reaches the "
+               "target (>=), that epoch's own seconds included, and return that sum; return "
+               "None when no epoch reaches it. A later fall in accuracy changes nothing.")
 def check_1(time_to: Callable[[Sequence[float], Sequence[float], float], float | None]) -> str:
     seconds, acc = [2.0, 1.0, 1.0, 1.5], [0.5, 0.8, 0.92, 0.95]
     cases = [(acc, 0.9, 4.0), (acc, 0.5, 2.0), (acc, 0.95, 5.5), (acc, 0.99, None),
              ([0.5, 0.92, 0.85, 0.95], 0.9, 3.0)]  # accuracy can fall again: the first time counts
     for acc, target, want in cases:
-        got = time_to(seconds, acc, target)
+        got = time_to(list(seconds), list(acc), target)
+        call = f"time_to(seconds={seconds}, accuracies={acc}, target={target})"
         if want is None:
-            equal(got, None, f"time_to(seconds, accuracies, {target})", " (never reached)")
-        else:
-            close(got, want, f"time_to(seconds, accuracies, {target})")
+            equal(got, None, call, " (never reached: return None, not a number)")
+            continue
+        first = next(i for i, a in enumerate(acc) if a >= target)
+        below = [i for i, a in enumerate(acc) if a < target]
+        close(got, want, call, extra=why(
+            got, want,
+            (seconds[first], "that is the one epoch's time: add up every epoch's seconds up "
+                             "to and including it"),
+            (_time_to(seconds, acc, target, own=False), "the epoch that reaches the target "
+                                                        "took time too: include its seconds"),
+            (_time_to(seconds, acc, target, strict=True), "reaching the target counts: >=, "
+                                                          "not >"),
+            (sum(seconds[:max(below) + 2]) if below and max(below) + 2 <= len(seconds) else None,
+             "the first epoch that reaches the target counts, even when the accuracy falls "
+             "again later"),
+            (sum(seconds), "stop adding at the first epoch that reaches the target"),
+            (float(first), "that is the epoch's index; return the seconds"),
+            (float(first + 1), "that is the epoch's number; return the seconds")))
     return "Time to accuracy rewards what matters: a faster step that learns worse does not win."
 
 
 @exercise(2, "where a resumed run restarts",
-          hint="after `step` optimizer steps with `per_epoch` batches per epoch, the run is in "
+          hint="how many whole epochs fit into `step` steps, and how many steps are left over "
+               "after them? Epochs count from 0.",
+          more="after `step` optimizer steps with `per_epoch` batches per epoch, the run is in "
                "epoch step // per_epoch (counting from 0) and has done step % per_epoch of "
-               "its batches, which it must skip.")
+               "its batches, which it must skip: divmod(step, per_epoch).")
 def check_2(position: Callable[[int, int], tuple[int, int]]) -> str:
-    for step, per_epoch, want in [(0, 23, (0, 0)), (25, 23, (1, 2)), (46, 23, (2, 0)), (7, 5, (1, 2))]:
-        got = tuple(position(step, per_epoch))
-        equal(got, want, f"position({step}, {per_epoch})")
+    for step, per_epoch, want in [(0, 23, (0, 0)), (25, 23, (1, 2)), (46, 23, (2, 0)), (7, 5, (1, 2)),
+                                  (3, 5, (0, 3))]:
+        got = position(step, per_epoch)
+        try:
+            got = tuple(got)
+        except TypeError:
+            raise Wrong(f"position({step}, {per_epoch}) returned {got!r}: return a pair, "
+                        "(epoch, batches_to_skip).") from None
+        e, k = divmod(step, per_epoch)
+        equal(got, want, f"position({step}, {per_epoch})", why(
+            got, want,
+            ((e + 1, k), "epochs count from 0"),
+            ((e, 0), "the batches of the epoch already done must be skipped: step % per_epoch"),
+            ((k, e), "the pair is swapped: (epoch, batches_to_skip)"),
+            ((e, k + 1), "step % per_epoch batches are done; skip exactly those"),
+            ((step / per_epoch, k), "whole epochs: divide with //")))
     return "That skip count is why fit() stores the shuffle state from the start of the epoch."
 
 
@@ -54,29 +98,58 @@ def _cnn() -> torch.nn.Module:
 
 
 @exercise(3, "predict, then measure: a checkpoint's size",
-          hint="count every tensor in state_dict(): parameters and buffers (batch norm's "
-               "running mean and variance, and its int64 step counter), times the bytes per "
-               "element. The file adds a little for names and layout.")
+          hint="state_dict() holds more than the parameters. List everything it holds for this "
+               "model (print its keys), and count bytes, not elements: what does each dtype "
+               "take per element?",
+          more="count every tensor in state_dict(): parameters and buffers (batch norm's "
+               "running mean and variance, and its int64 step counter num_batches_tracked), "
+               "each as numel() x element_size() bytes: "
+               "sum(t.numel() * t.element_size() for t in model.state_dict().values()). The "
+               "file adds a little for names and layout.")
 def check_3(predicted_bytes: float | Callable[[], float]) -> str:
     if callable(predicted_bytes):  # a function that computes the prediction is fine too
         predicted_bytes = predicted_bytes()
     model = _cnn()
-    tensors = {name: t.numel() * t.element_size() for name, t in model.state_dict().items()}
+    state = model.state_dict()
+    tensors = {name: t.numel() * t.element_size() for name, t in state.items()}
     counted = sum(tensors.values())
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     counters = sum(n for name, n in tensors.items() if name.endswith("num_batches_tracked"))
+    stats = counted - params - counters
     if isinstance(predicted_bytes, torch.Tensor) and predicted_bytes.numel() == 1:
         predicted_bytes = predicted_bytes.item()
     if isinstance(predicted_bytes, bool) or not isinstance(predicted_bytes, numbers.Real):
         raise Wrong(f"predicted_bytes should be a number of bytes, got {type(predicted_bytes).__name__}")
     predicted_bytes = float(predicted_bytes)  # an int, a float or a NumPy number alike
     missing = counted - predicted_bytes
+    buffers = (f"the batch-norm buffers ({stats:,} bytes of running means and variances, "
+               f"{counters} bytes of int64 counters)")
     if missing == counted - params:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes is the parameters alone: state_dict() also holds "
-                    f"the batch-norm buffers ({counted - params:,} bytes)")
+        raise Wrong(f"{predicted_bytes:,.0f} bytes is the parameters alone: state_dict() also "
+                    f"holds {buffers}")
     if missing == counters:
         raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out the int64 counters "
                     f"(num_batches_tracked, 8 bytes each, {counters} bytes in all)")
+    if missing == stats:
+        raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out batch norm's running means and "
+                    f"variances ({stats:,} bytes): they are buffers, saved with the weights")
+    if missing == counters / 2:
+        raise Wrong(f"{predicted_bytes:,.0f} bytes counts every element as 4 bytes, but the "
+                    "num_batches_tracked counters are int64: 8 bytes each")
+    elements = sum(t.numel() for t in state.values())
+    if predicted_bytes in (elements, sum(p.numel() for p in model.parameters())):
+        raise Wrong(f"{predicted_bytes:,.0f} is a count of elements: count bytes, each element "
+                    "times its element_size()")
+    if predicted_bytes == state_bytes(model):
+        raise Wrong(f"{predicted_bytes:,.0f} bytes is the size of the file torch.save writes, "
+                    "names and layout included: the exercise asks for the bytes the tensors "
+                    "hold")
+    for factor, reason in [(0.25, "a quarter of what the tensors hold: a float32 element "
+                                  "is 4 bytes"),
+                           (0.5, "half of what the tensors hold: a float32 element is 4 bytes"),
+                           (2.0, "twice what the tensors hold: count each tensor once")]:
+        if abs(predicted_bytes - factor * counted) <= 0.01 * factor * counted:
+            raise Wrong(f"{predicted_bytes:,.0f} bytes is {reason}")
     if predicted_bytes != counted:
         raise Wrong(f"{predicted_bytes:,.0f} bytes is {abs(missing):,.0f} bytes "
                     f"{'short of' if missing > 0 else 'more than'} what the tensors hold: count "
@@ -93,6 +166,7 @@ def _predicted() -> int:
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda seconds, acc, target: next(
@@ -101,15 +175,37 @@ SOLUTIONS: dict[int, Any] = {
     3: _predicted(),
 }
 
+
+def _parameters_and_stats() -> int:
+    """The parameters and the running statistics, but not the int64 counters."""
+    return sum(t.numel() * t.element_size() for name, t in _cnn().state_dict().items()
+               if not name.endswith("num_batches_tracked"))
+
+
 WRONG: dict[int, list[Any]] = {
     1: [lambda s, acc, t: next((s[i] for i, a in enumerate(acc) if a >= t), None),
         lambda s, acc, t: sum(s),
         # assumes the accuracy never falls: the last epoch below the target, plus one
-        lambda s, acc, t: (sum(s[:max(i for i, a in enumerate(acc) if a < t) + 2])
-                           if any(a >= t for a in acc) else None)],
-    2: [lambda step, per: (step // per + 1, step % per), lambda step, per: (step // per, 0)],
+        lambda s, acc, t: (sum(s[:max((i for i, a in enumerate(acc) if a < t), default=-1) + 2])
+                           if any(a >= t for a in acc) else None),
+        lambda s, acc, t: _time_to(s, acc, t, strict=True),     # reaching it counts
+        lambda s, acc, t: _time_to(s, acc, t, own=False),
+        lambda s, acc, t: _time_to(s, acc, t) or float("inf")],  # never: None, as the task says
+    2: [lambda step, per: (step // per + 1, step % per), lambda step, per: (step // per, 0),
+        lambda step, per: (step % per, step // per)],
+    # off by a factor (elements, twice), the hint's warning (the buffers: the parameters alone,
+    # the counters left out, the counters as 4 bytes), and the file's size
     3: [_predicted() // 4, 2 * _predicted(),
-        # the parameters alone, and the buffers without the int64 counters: the hint's mistakes
         sum(p.numel() * p.element_size() for p in _cnn().parameters()),
-        _predicted() - 16],
+        _predicted() - 16, _parameters_and_stats(), _predicted() - 8,
+        state_bytes(_cnn()), lambda: sum(p.numel() * 4 for p in _cnn().parameters())],
 }
+
+ALSO_RIGHT: dict[int, list[Any]] = {
+    1: [lambda s, acc, t: _time_to(s, acc, t)],
+    2: [lambda step, per_epoch: divmod(step, per_epoch)],
+    3: [float(_predicted()), torch.tensor(_predicted()), _predicted,
+        lambda: sum(p.numel() * p.element_size() for p in _cnn().parameters())
+        + sum(b.numel() * b.element_size() for b in _cnn().buffers())],
+}
+"""Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

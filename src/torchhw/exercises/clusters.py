@@ -5,26 +5,51 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from ..checks import Wrong, equal, exercise
+from ..checks import Wrong, equal, exercise, hints_for, why
 
 
 @exercise(1, "global ranks",
-          hint="nodes are numbered 0..nnodes-1 and each runs nproc_per_node ranks numbered "
-               "0..nproc_per_node-1 locally; global ranks count node by node.")
+          hint="number all the ranks of the job in one sequence, node after node. How many "
+               "ranks come before the first rank of node node_rank?",
+          more="nodes are numbered 0..nnodes-1 and each runs nproc_per_node ranks numbered "
+               "0..nproc_per_node-1 locally; global ranks count node by node: "
+               "node_rank * nproc_per_node + local_rank.")
 def check_1(global_rank: Callable[[int, int, int], int]) -> str:
-    for node, local, per_node in [(0, 0, 4), (0, 3, 4), (1, 0, 4), (2, 1, 8), (3, 0, 1)]:
-        equal(global_rank(node, local, per_node), node * per_node + local,
-              f"global_rank(node_rank={node}, local_rank={local}, nproc_per_node={per_node})")
+    for node, local, per_node in [(0, 0, 4), (0, 3, 4), (1, 0, 4), (2, 1, 8), (3, 0, 1), (1, 2, 3)]:
+        want = node * per_node + local
+        got = global_rank(node, local, per_node)
+        equal(got, want,
+              f"global_rank(node_rank={node}, local_rank={local}, nproc_per_node={per_node})",
+              why(got, want,
+                  (node + local, "each node holds nproc_per_node ranks: node_rank ranks of "
+                                 "nodes come before"),
+                  (local * per_node + node, "node and local rank swapped: the node's ranks "
+                                            "come in one block"),
+                  ((node + 1) * per_node + local, "nodes count from 0: node 0's ranks start "
+                                                  "at 0")))
     return "With c10d the rendezvous assigns node ranks, so do not rely on a host being node 0."
 
 
 @exercise(2, "work lost to a crash",
-          hint="after a restart the job resumes from the last checkpoint, taken at the last "
-               "multiple of `every` at or before the crash; everything after it is redone.")
+          hint="which step was the last checkpoint taken at, counting every multiple of "
+               "`every`, the crash step itself included? Everything after it is lost.",
+          more="after a restart the job resumes from the last checkpoint, taken at the last "
+               "multiple of `every` at or before the crash; everything after it is redone: "
+               "crash_step - (crash_step // every) * every, which is crash_step % every.")
 def check_2(steps_redone: Callable[[int, int], int]) -> str:
     for crash, every in [(25, 10), (20, 10), (7, 10), (99, 1), (31, 8)]:
-        equal(steps_redone(crash, every), crash - (crash // every) * every,
-              f"steps_redone(crash_step={crash}, every={every})")
+        want = crash - (crash // every) * every
+        got = steps_redone(crash, every)
+        equal(got, want, f"steps_redone(crash_step={crash}, every={every})", why(
+            got, want,
+            (crash % every or every, "a checkpoint taken at the crash step itself saves all of "
+                                     "it: nothing is redone"),
+            (every, "not always a whole interval: only the steps since the last checkpoint"),
+            (crash // every, "that counts the checkpoints taken; count the steps since the "
+                             "last one"),
+            (every - crash % every, "that counts the steps to the next checkpoint; count "
+                                    "those since the last one"),
+            (crash, "the job resumes from its last checkpoint, not from the start")))
     return "Checkpoint often enough that a crash costs little, rarely enough that saving costs little."
 
 
@@ -48,23 +73,37 @@ def _options(argv: list[str]) -> dict[str, str]:
 
 
 @exercise(3, "a torchrun command for two nodes",
-          hint="each node runs: torchrun --nnodes=N --nproc-per-node=P --rdzv-backend=c10d "
-               "--rdzv-endpoint=HOST:PORT --rdzv-id=ID -m MODULE. Return it as a list of strings.")
+          hint="every node runs the same command. What must it tell torchrun: how many nodes "
+               "and processes, and how and where the nodes meet (the rendezvous), under which "
+               "job id, and what to run?",
+          more="each node runs: torchrun --nnodes=N --nproc-per-node=P --rdzv-backend=c10d "
+               "--rdzv-endpoint=HOST:PORT --rdzv-id=ID -m MODULE, built from the arguments. "
+               "Return it as a list of strings. Not --standalone: that makes each node a job "
+               "of its own.")
 def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
-    got = [str(a) for a in command(2, 4, "node1:29500", "torchhw.train")]
-    if not got or got[0] != "torchrun":
-        raise Wrong("the command should start with 'torchrun'.")
-    options = _options(got[1:])
-    if "standalone" in options:
-        raise Wrong("--standalone makes each node a job of its own: the two nodes would never meet.")
-    wanted = {"nnodes": "2", "nproc-per-node": "4", "rdzv-backend": "c10d", "rdzv-endpoint": "node1:29500"}
-    for name, value in wanted.items():
-        if options.get(name) != value:
-            raise Wrong(f"--{name} should be {value}" + (f", got {options[name]!r}." if name in options else "."))
-    if not options.get("rdzv-id"):
-        raise Wrong("add --rdzv-id=SOMETHING (not empty): both nodes must name the same job.")
-    if got[-2:] != ["-m", "torchhw.train"]:
-        raise Wrong("end with '-m', 'torchhw.train' so torchrun runs the module.")
+    for nnodes, nproc, endpoint, module in [(2, 4, "node1:29500", "torchhw.train"),
+                                            (3, 8, "10.0.0.5:29400", "my_project.main")]:
+        call = f"torchrun_for({nnodes}, {nproc}, {endpoint!r}, {module!r})"
+        got = [str(a) for a in command(nnodes, nproc, endpoint, module)]
+        if not got or got[0] != "torchrun":
+            raise Wrong(f"{call}: the command should start with 'torchrun'.")
+        options = _options(got[1:])
+        if "standalone" in options:
+            raise Wrong("--standalone makes each node a job of its own: the two nodes would "
+                        "never meet.")
+        wanted = {"nnodes": str(nnodes), "nproc-per-node": str(nproc), "rdzv-backend": "c10d",
+                  "rdzv-endpoint": endpoint}
+        for name, value in wanted.items():
+            if options.get(name) != value:
+                given = f", got {options[name]!r}" if name in options else ""
+                fixed = (" (take it from the arguments, not a fixed value)"
+                         if name in options and nnodes == 3 else "")
+                raise Wrong(f"{call}: --{name} should be {value}{given}{fixed}.")
+        if not options.get("rdzv-id"):
+            raise Wrong("add --rdzv-id=SOMETHING (not empty): both nodes must name the same job.")
+        if got[-2:] != ["-m", module]:
+            raise Wrong(f"{call}: end with '-m', {module!r}, so torchrun runs the module"
+                        + (" (take it from the arguments)." if nnodes == 3 else "."))
     return "torchhw.distributed.agents.torchrun_command builds the same, and the Slurm script uses it."
 
 
@@ -75,24 +114,42 @@ def _culprits(report: str) -> list[int]:
 
 REPORTS = ["Rank 0 timed out in monitoredBarrier after 3000 ms. Ranks 2, 5 failed to pass monitoredBarrier in 3000 ms",
            "Rank 0 timed out in monitoredBarrier after 5000 ms. Rank 1 failed to pass monitoredBarrier in 5000 ms",
-           "Ranks 3, 7, 12 failed to pass monitoredBarrier in 3000 ms"]
+           "Ranks 3, 7, 12 failed to pass monitoredBarrier in 3000 ms",
+           "Rank 0 timed out in monitoredBarrier after 30000 ms. Ranks 14, 9, 10 failed to pass monitoredBarrier in 30000 ms"]
 
 
 @exercise(4, "which ranks hang",
-          hint="monitored_barrier's error lists the ranks that failed to pass it, after "
-               "'Rank' or 'Ranks'; rank 0 itself only reports. A regular expression finds them.")
+          hint="the report names the ranks that never arrived in one particular phrase. Find "
+               "that phrase, take the numbers in it and nothing else, and return them as the "
+               "task asks (ints, sorted).",
+          more="monitored_barrier's error lists the ranks that failed to pass it, after "
+               "'Rank' or 'Ranks' and before 'failed to pass'; rank 0 itself only reports. A "
+               "regular expression finds them: re.search(r'Ranks? ([\\d, ]+) failed', report), "
+               "then split on commas, int() each, and sort.")
 def check_4(culprits: Callable[[str], list[int]]) -> str:
     for report in REPORTS:
+        want = _culprits(report)
         got = culprits(report)
-        try:
-            got = sorted(int(r) for r in got)
-        except (TypeError, ValueError):
-            raise Wrong(f"return a list of rank numbers, got {got!r}.") from None
-        equal(got, _culprits(report), f"culprits({report[-60:]!r})")
+        call = f"culprits({report[-70:]!r})"
+        if not isinstance(got, (list, tuple)):
+            raise Wrong(f"{call} returned {type(got).__name__}: return a list of rank numbers.")
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in got):
+            raise Wrong(f"{call} = {list(got)!r}: return the ranks as ints (int() each match), "
+                        "not strings.")
+        got = list(got)
+        if sorted(got) == want and got != want:
+            raise Wrong(f"{call} = {got}: the right ranks, but sort them.")
+        equal(got, want, call, why(
+            got, want,
+            (sorted(set([0] + want)), "rank 0 reports the hang; it passed the barrier itself"),
+            (want[:1], "every rank listed after 'Ranks' hangs, not only the first"),
+            (sorted(int(r) for r in re.findall(r"\d+", report)), "that takes every number in the "
+                                                                  "report, ranks and times alike")))
     return "Next, dump their stacks (py-spy dump --pid PID) to see where they are stuck."
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda node, local, per_node: node * per_node + local,
@@ -103,15 +160,46 @@ SOLUTIONS: dict[int, Any] = {
     4: _culprits,
 }
 
+def _culprits_as_found(report: str) -> list[int]:
+    """The ranks in the report's order, not sorted."""
+    match = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", report)
+    return [int(r) for r in match.group(1).split(",")] if match else []
+
+
 WRONG: dict[int, list[Any]] = {
+    # the hint's point: count node by node; the two ranks swapped
     1: [lambda node, local, per_node: node + local, lambda node, local, per_node: local * per_node + node],
-    2: [lambda crash, every: every, lambda crash, every: crash // every],
+    # the hint's warning: a checkpoint at the crash step itself; counts instead of steps
+    2: [lambda crash, every: every, lambda crash, every: crash // every,
+        lambda crash, every: crash % every or every],
+    # the hint's warning (--standalone) and the task's rule (a c10d rendezvous with an id, built
+    # from the arguments)
     3: [lambda n, p, e, m: ["torchrun", "--standalone", f"--nproc-per-node={p}", "-m", m],
         lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
                             "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "-m", m],
         lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}", "--standalone",
                             "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j", "-m", m],
         lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
-                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=", "-m", m]],
-    4: [lambda r: [0] + _culprits(r), lambda r: _culprits(r)[:1], lambda r: []],
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=", "-m", m],
+        lambda n, p, e, m: ["torchrun", "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                            "--rdzv-endpoint=node1:29500", "--rdzv-id=job1", "-m", "torchhw.train"],
+        lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
+                            f"--master-addr={e.split(':')[0]}", f"--master-port={e.split(':')[1]}",
+                            "-m", m]],
+    # the hint's warning (rank 0 only reports), and the task's rule (sorted ints)
+    4: [lambda r: [0] + _culprits(r), lambda r: _culprits(r)[:1], lambda r: [],
+        lambda r: [str(x) for x in _culprits(r)], _culprits_as_found,
+        lambda r: sorted(int(x) for x in re.findall(r"\d+", r))],
 }
+
+ALSO_RIGHT: dict[int, list[Any]] = {
+    1: [lambda node_rank, local_rank, nproc_per_node: local_rank + nproc_per_node * node_rank],
+    2: [lambda crash, every: crash - every * (crash // every)],
+    3: [lambda n, p, e, m: ["torchrun", "--nnodes", str(n), "--nproc_per_node", str(p),
+                            "--rdzv_backend", "c10d", "--rdzv_endpoint", e, "--rdzv_id", "exp7",
+                            "-m", m]],
+    4: [lambda r: sorted(int(x) for x in re.search(r"Ranks? ([\d, ]+) failed", r).group(1).split(",")),
+        lambda r: tuple(sorted(map(int, re.findall(r"\d+", r.split(" failed to pass")[0]
+                                                   .rsplit("Rank", 1)[1]))))],
+}
+"""Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

@@ -9,7 +9,7 @@ import torch
 
 from ..bench import fmt_time, measure
 from ..checkpoint import move
-from ..checks import Wrong, equal, exercise
+from ..checks import Wrong, equal, exercise, hints_for, why
 from ..device import pick_device
 
 MIB = 2**20
@@ -30,10 +30,41 @@ def _copy_seconds(nbytes: int, device: torch.device) -> float:
     return measure(run, label="copy", device=device, min_run_time=0.1).median
 
 
+def _factor(ratio: float) -> str:
+    """What a prediction ``ratio`` times the measurement most likely got wrong, or ''."""
+    for factor, reason in [(1e9, "GB/s means 1e9 bytes per second: divide by gbps * 1e9"),
+                           (1e-9, "GB/s means 1e9 bytes per second: divide by gbps * 1e9, "
+                                  "do not multiply"),
+                           (8, "8 times: nbytes counts bytes, and GB/s is bytes per second, "
+                               "not bits"),
+                           (1e3, "a thousand times: the time is asked in seconds, not "
+                                 "milliseconds")]:
+        if factor / 2 <= ratio <= factor * 2:
+            return f" ({reason})"
+    return ""
+
+
 @exercise(1, "predict a copy's time, then measure it",
-          hint="time = bytes / (bytes per second). The bandwidth is given in GB/s, that is "
-               "1e9 bytes per second, and a copy of nbytes moves nbytes across.")
+          hint="a copy's time is how much it moves over how fast it moves it. Mind the units: "
+               "what is a GB/s in bytes per second?",
+          more="time = bytes / (bytes per second). The bandwidth is given in GB/s, that is "
+               "1e9 bytes per second, and a copy of nbytes moves nbytes across: "
+               "nbytes / (gbps * 1e9) seconds.")
 def check_1(predict: Callable[[int, float], float]) -> str:
+    # first the prediction's form: a copy 8 times larger takes about 8 times as long, and
+    # twice the bandwidth about half the time. A constant or an upside-down formula fails here.
+    base = float(predict(128 * MIB, 10.0))
+    if not base > 0 or not math.isfinite(base):
+        raise Wrong(f"predict({128 * MIB}, 10.0) = {base}: a time must be a positive number "
+                    "of seconds.")
+    larger, faster = float(predict(1024 * MIB, 10.0)) / base, float(predict(128 * MIB, 20.0)) / base
+    if not 4 <= larger <= 16:
+        raise Wrong(f"your prediction for 1 GiB is {larger:.3g} times the one for 128 MiB at "
+                    "the same bandwidth: a copy of 8 times the bytes should take about 8 times "
+                    "as long.")
+    if not 0.25 <= faster <= 0.75:
+        raise Wrong(f"doubling the bandwidth changes your prediction {faster:.3g} times: twice "
+                    "the bytes per second should take about half the time.")
     device = pick_device("auto")
     what = "host to GPU, pinned" if device.type == "cuda" else "RAM to RAM on the CPU"
     small, large = 32 * MIB, 128 * MIB
@@ -50,8 +81,8 @@ def check_1(predict: Callable[[int, float], float]) -> str:
         if 0.5 <= ratio <= 2 or not 0.25 <= ratio <= 4:
             break
     if not 0.5 <= ratio <= 2:
-        raise Wrong(f"{report}, {ratio:.3g} times the measurement (within a factor of 2 "
-                    f"passes).")
+        raise Wrong(f"{report}, {ratio:.3g} times the measurement{_factor(ratio)}; within a "
+                    "factor of 2 passes.")
     return f"{report}. Size over bandwidth predicts a large copy well; small ones add latency."
 
 
@@ -66,13 +97,15 @@ def _compare(got: Any, want: Any, where: str, device: torch.device) -> None:
         if not isinstance(got, torch.Tensor):
             raise Wrong(f"{where} should be a tensor, got {type(got).__name__}.")
         if got.device != device:
-            raise Wrong(f"{where} is on {got.device}, expected {device}.")
+            raise Wrong(f"{where} is on {got.device}, expected {device}: every tensor must "
+                        "move, however deep in dicts, lists and tuples it sits (recurse).")
         if got.shape != want.shape or got.dtype != want.dtype:
             raise Wrong(f"{where} changed shape or dtype: {tuple(got.shape)} {got.dtype}.")
         return
     if type(got) is not type(want):
-        raise Wrong(f"{where} is a {type(got).__name__}, expected a {type(want).__name__} "
-                    f"(keep each container's type).")
+        what = type(want).__name__
+        raise Wrong(f"{where} is a {type(got).__name__}, expected a {what} (keep each "
+                    f"container's type: type(value)(...) rebuilds a {what}).")
     if isinstance(want, dict):
         equal(sorted(got), sorted(want), f"the keys of {where}")
         for k in want:
@@ -85,16 +118,32 @@ def _compare(got: Any, want: Any, where: str, device: torch.device) -> None:
         raise Wrong(f"{where} = {got!r} should be left as it is ({want!r}).")
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
+    return [t for item in items for t in _tensors(item)]
+
+
 @exercise(2, "move any batch to a device",
-          hint="recurse: a tensor -> tensor.to(device); a dict -> a dict of the moved values; "
-               "a list or tuple -> the same type of the moved items; anything else unchanged.")
+          hint="a batch is a tree: tensors at the leaves, dicts, lists and tuples above them. "
+               "A function that moves one level can call itself for the next.",
+          more="recurse: a tensor -> tensor.to(device); a dict -> a dict of the moved values; "
+               "a list or tuple -> the same type of the moved items (type(batch)(...)); "
+               "anything else (strings, numbers, None) unchanged. Build new containers rather "
+               "than changing the given ones.")
 def check_2(to_device: Callable[[Any, Any], Any]) -> str:
     batch = _nested()
+    before = _nested()
     meta = torch.device("meta")
     moved = to_device(batch, meta)
+    try:
+        _compare(batch, before, "batch", torch.device("cpu"))
+    except Wrong:
+        raise Wrong("the original batch was changed: build new dicts and lists of the moved "
+                    "values (tensor.to() returns a new tensor) and leave the given ones as "
+                    "they were.") from None
     _compare(moved, batch, "batch", meta)
-    if batch["x"].device.type != "cpu":
-        raise Wrong("the original batch was changed: tensor.to() returns a new tensor, use that.")
     return ("Checked on the meta device, which exists everywhere; the same function moves a "
             "batch to 'cuda' or 'mps'.")
 
@@ -105,25 +154,89 @@ def _threads(cpu_max: str, affinity: int, processes: int) -> int:
     return max(1, budget // processes)
 
 
+def _budget(cpu_max: str, affinity: int, rounding: Callable[[float], int] = math.floor,
+            cap: bool = True) -> int:
+    """The CPU budget; ``rounding=math.ceil`` and ``cap=False`` are typical wrong versions."""
+    quota, period = (cpu_max.split() + ["100000"])[:2]
+    if quota == "max":
+        return affinity
+    whole = rounding(int(quota) / int(period))
+    return max(1, min(affinity, whole) if cap else whole)
+
+
 @exercise(3, "threads per process in a container",
-          hint="first the CPU budget: the affinity count, or, when cpu.max holds a quota, "
+          hint="two steps: first how many CPUs the container may use at all (the affinity, or "
+               "the quota in cpu.max when there is one), then how to share them among the "
+               "processes. Check the edge cases the task names.",
+          more="first the CPU budget: the affinity count, or, when cpu.max holds a quota, "
                "quota // period whole CPUs (at least 1, at most the affinity). Then share "
                "it: budget // processes, but never fewer than 1 thread.")
 def check_3(threads: Callable[[str, int, int], int]) -> str:
     for cpu_max, affinity, procs in [("max 100000", 8, 1), ("max 100000", 8, 2),
                                      ("200000 100000", 64, 1), ("200000 100000", 64, 4),
                                      ("150000 100000", 64, 1), ("50000 100000", 16, 1),
-                                     ("1600000 100000", 4, 2), ("max 100000", 3, 2)]:
-        equal(threads(cpu_max, affinity, procs), _threads(cpu_max, affinity, procs),
-              f"threads({cpu_max!r}, affinity={affinity}, processes={procs})")
+                                     ("1600000 100000", 4, 2), ("max 100000", 3, 2),
+                                     ("max 100000", 2, 4)]:
+        want = _threads(cpu_max, affinity, procs)
+        got = threads(cpu_max, affinity, procs)
+        equal(got, want, f"threads({cpu_max!r}, affinity={affinity}, processes={procs})", why(
+            got, want,
+            (max(1, affinity // procs), "the quota in cpu.max is left out: a container may own "
+                                        "fewer CPUs than the affinity shows"),
+            (_budget(cpu_max, affinity), "the budget is not shared: divide it among the "
+                                         "processes"),
+            (max(1, _budget(cpu_max, affinity, math.ceil) // procs),
+             "a part of a CPU is not a CPU: round the quota down (//)"),
+            (max(1, _budget(cpu_max, affinity, cap=False) // procs),
+             "a quota above the affinity cannot use more CPUs than the affinity allows"),
+            (_budget(cpu_max, affinity) // procs, "never fewer than 1 thread per process"),
+            (_budget(cpu_max, affinity) / procs, "threads come whole: divide with //")))
     return "Every process's threads times the processes now fit in what the container pays for."
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
+hint = hints_for(CHECKS)
 
 
 # the reference answer is the helper checkpoint.load uses for the same job
 _to_device = move
+
+
+def _to_list(batch: Any, device: Any) -> Any:
+    """Moves every tensor, but turns each tuple into a list."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: _to_list(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return [_to_list(v, device) for v in batch]
+    return batch
+
+
+def _move_in_place(batch: Any, device: Any) -> Any:
+    """Moves every tensor by writing into the given containers (tuples rebuilt)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        for k in batch:
+            batch[k] = _move_in_place(batch[k], device)
+        return batch
+    if isinstance(batch, list):
+        batch[:] = [_move_in_place(v, device) for v in batch]
+        return batch
+    if isinstance(batch, tuple):
+        return tuple(_move_in_place(v, device) for v in batch)
+    return batch
+
+
+def _to_device_written_out(batch: Any, device: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {key: _to_device_written_out(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device_written_out(item, device) for item in batch)
+    return batch
 
 
 SOLUTIONS: dict[int, Any] = {
@@ -133,13 +246,31 @@ SOLUTIONS: dict[int, Any] = {
 }
 
 WRONG: dict[int, list[Any]] = {
+    # a prediction off by a factor (the hint's units: 1e9 bytes per second; bits; ms), the
+    # time upside down, and a constant
     1: [lambda nbytes, gbps: nbytes / gbps, lambda nbytes, gbps: 8 * nbytes / (gbps * 1e9),
-        lambda nbytes, gbps: gbps * 1e9 / nbytes],
+        lambda nbytes, gbps: gbps * 1e9 / nbytes, lambda nbytes, gbps: 0.02,
+        lambda nbytes, gbps: 1e3 * nbytes / (gbps * 1e9)],
+    # the hint's recursion missing, nothing moved, one level only; the task's rules broken:
+    # a tuple turned into a list, the given batch changed in place
     2: [lambda b, d: {k: v.to(d) if isinstance(v, torch.Tensor) else v for k, v in b.items()},
         lambda b, d: b,
         lambda b, d: {k: [_to_device(x, d) for x in v] if isinstance(v, (list, tuple))
-                      else _to_device(v, d) for k, v in b.items()}],
+                      else _to_device(v, d) for k, v in b.items()},
+        lambda b, d: _to_list(b, d),
+        _move_in_place],
+    # the quota left out, not shared, rounded up, no floor of 1, no cap at the affinity
     3: [lambda c, a, p: max(1, a // p),
         lambda c, a, p: a if c.startswith("max") else max(1, min(a, int(c.split()[0]) // int(c.split()[1]))),
-        lambda c, a, p: max(1, (a if c.startswith("max") else min(a, math.ceil(int(c.split()[0]) / int(c.split()[1])))) // p)],
+        lambda c, a, p: max(1, (a if c.startswith("max") else min(a, math.ceil(int(c.split()[0]) / int(c.split()[1])))) // p),
+        lambda c, a, p: max(1, _budget(c, a, cap=False) // p),
+        lambda c, a, p: _budget(c, a) // p],
 }
+
+ALSO_RIGHT: dict[int, list[Any]] = {
+    1: [lambda nbytes, gbps: nbytes / gbps / 1e9, lambda nbytes, gbps: nbytes / (gbps * 2**30)],
+    2: [_to_device_written_out],
+    3: [lambda c, a, p: max(1, (a if c.split()[0] == "max" else
+                                max(1, min(a, int(c.split()[0]) // int(c.split()[1])))) // p)],
+}
+"""Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

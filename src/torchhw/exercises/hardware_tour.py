@@ -4,44 +4,71 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..checks import Wrong, close, exercise
+from ..checks import close, exercise, hints_for, why
 
 
 @exercise(1, "GFLOP/s from a timing",
-          hint="an (m x k) @ (k x n) product does m*n dot products of length k, and each "
-               "step of a dot product is one multiply and one add: 2*m*k*n FLOP.")
+          hint="count the floating-point operations the product does, then turn the count and "
+               "the time into a rate. How many operations is one step of a dot product?",
+          more="an (m x k) @ (k x n) product does m*n dot products of length k, and each "
+               "step of a dot product is one multiply and one add: 2*m*k*n FLOP. Divide by "
+               "the seconds for FLOP/s, and by 1e9 for GFLOP/s.")
 def check_1(gflops: Callable[[int, int, int, float], float]) -> str:
     for m, k, n, seconds in [(1024, 1024, 1024, 0.0125), (64, 4096, 256, 0.001), (1, 1, 1, 1e-9)]:
-        close(gflops(m, k, n, seconds), 2 * m * k * n / seconds / 1e9,
-              f"gflops({m}, {k}, {n}, {seconds})")
+        want = 2 * m * k * n / seconds / 1e9
+        got = gflops(m, k, n, seconds)
+        close(got, want, f"gflops({m}, {k}, {n}, {seconds})", extra=why(
+            got, want,
+            (want / 2, "half the answer: a multiply-add is two FLOP, a multiply and an add"),
+            (want * 1e9, "that is FLOP/s: divide by 1e9 for GFLOP/s"),
+            (2 * m * k * n * seconds / 1e9, "multiplied by the time: a rate divides by it"),
+            (want / 2 * 1e9, "FLOP/s, and half of them: a multiply-add is two FLOP")))
     return "Keep this formula: every GFLOP/s in this course comes from it."
 
 
 @exercise(2, "arithmetic intensity of a matmul",
-          hint="count the FLOP (2n^3) and the bytes that must cross from memory at least "
-               "once: A and B read, C written, each n*n elements of bytes_per_element.")
+          hint="intensity is work over traffic: count the FLOP of the product and the bytes of "
+               "every matrix that must cross from memory once.",
+          more="count the FLOP (2n^3) and the bytes that must cross from memory at least "
+               "once: A and B read, C written, each n*n elements of bytes_per_element. "
+               "Intensity = 2n^3 / (3 * n * n * bytes_per_element).")
 def check_2(intensity: Callable[[int, int], float]) -> str:
     for n, size in [(1024, 4), (256, 2), (4096, 8)]:
         want = 2 * n**3 / (3 * n * n * size)
         got = intensity(n, size)
-        if abs(float(got) - want / 2) <= 1e-3 * want:
-            raise Wrong(f"intensity({n}, {size}) = {got:g} is half the answer: is a "
-                        "multiply-add one FLOP or two?")
-        close(got, want, f"intensity({n}, {size})")
+        close(got, want, f"intensity({n}, {size})", extra=why(
+            got, want,
+            (want / 2, "half the answer: is a multiply-add one FLOP or two?"),
+            (want * size, "FLOP per element, not per byte: multiply the elements by "
+                          "bytes_per_element"),
+            (want * 3 / 2, "that counts two matrices crossing memory; C is written too"),
+            (want * 3, "that counts one matrix crossing memory; A and B are read and C written")))
     return "It grows with n: large matmuls are compute-bound, small ones are not."
 
 
 @exercise(3, "the roofline bound",
-          hint="a kernel can go no faster than the compute peak, nor faster than memory can "
-               "feed it: intensity (FLOP/byte) x bandwidth (GB/s). Take the smaller.")
+          hint="two things limit a kernel: the arithmetic it can do, and the bytes memory can "
+               "feed it. Which one wins?",
+          more="a kernel can go no faster than the compute peak, nor faster than memory can "
+               "feed it: intensity (FLOP/byte) x bandwidth (GB/s). Take the smaller: "
+               "min(peak, intensity * bandwidth).")
 def check_3(attainable: Callable[[float, float, float], float]) -> str:
     for intensity, peak, bw in [(0.083, 190, 20), (170, 190, 20), (9.5, 190, 20), (2, 1e6, 3e3)]:
-        close(attainable(intensity, peak, bw), min(peak, intensity * bw),
-              f"attainable({intensity}, {peak}, {bw})")
+        want = min(peak, intensity * bw)
+        got = attainable(intensity, peak, bw)
+        close(got, want, f"attainable({intensity}, {peak}, {bw})", extra=why(
+            got, want,
+            (intensity * bw, "the memory roof alone: no kernel beats the compute peak"),
+            (max(peak, intensity * bw), "the larger of the two roofs: a kernel is held back by "
+                                        "the smaller"),
+            (peak, "the compute peak alone: at low intensity memory cannot feed it"),
+            (min(peak, intensity / bw), "FLOP/byte times bytes/s gives FLOP/s: multiply by "
+                                        "the bandwidth")))
     return "Left of the ridge an op waits for memory; right of it, for arithmetic."
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda m, k, n, seconds: 2 * m * k * n / seconds / 1e9,
@@ -50,7 +77,19 @@ SOLUTIONS: dict[int, Any] = {
 }
 
 WRONG: dict[int, list[Any]] = {
-    1: [lambda m, k, n, s: m * k * n / s / 1e9, lambda m, k, n, s: 2 * m * k * n * s / 1e9],
-    2: [lambda n, b: n**3 / (3 * n * n * b), lambda n, b: 2 * n**3 / (3 * n * n)],
-    3: [lambda i, p, b: max(p, i * b), lambda i, p, b: i * b],
+    # the hint's warning: a multiply-add is two FLOP; then units and the rate upside down
+    1: [lambda m, k, n, s: m * k * n / s / 1e9, lambda m, k, n, s: 2 * m * k * n * s / 1e9,
+        lambda m, k, n, s: 2 * m * k * n / s],
+    # the task's rule (A, B and C each cross once) broken by counting only the inputs
+    2: [lambda n, b: n**3 / (3 * n * n * b), lambda n, b: 2 * n**3 / (3 * n * n),
+        lambda n, b: 2 * n**3 / (2 * n * n * b)],
+    # the hint's warning: the smaller roof, not the larger
+    3: [lambda i, p, b: max(p, i * b), lambda i, p, b: i * b, lambda i, p, b: p],
 }
+
+ALSO_RIGHT: dict[int, list[Any]] = {
+    1: [lambda m, k, n, seconds: (m * n * (2 * k)) / (seconds * 1e9)],
+    2: [lambda n, b: (2 * n**3) / (3 * b * n**2)],
+    3: [lambda i, p, b: p if i * b > p else i * b],
+}
+"""Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

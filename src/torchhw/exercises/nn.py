@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from ..checks import Wrong, equal, exercise
+from ..checks import Wrong, equal, exercise, hints_for, why
 
 
 @exercise(1, "parameters of a Linear layer",
-          hint="a Linear layer holds a weight matrix of out_features x in_features and, when "
-               "bias=True, one bias per output.")
+          hint="a Linear layer computes x @ W.T + b: how big must W be to turn in_features "
+               "numbers into out_features, and how many numbers does b hold?",
+          more="a Linear layer holds a weight matrix of out_features x in_features and, when "
+               "bias=True, one bias per output: in_features * out_features + out_features.")
 def check_1(linear_params: Callable[..., int]) -> str:
-    for fan_in, fan_out, bias in [(64, 128, True), (3, 1, False), (512, 10, True)]:
-        equal(linear_params(fan_in, fan_out, bias),
-              sum(p.numel() for p in nn.Linear(fan_in, fan_out, bias=bias).parameters()),
-              f"linear_params({fan_in}, {fan_out}, bias={bias})")
+    for fan_in, fan_out, bias in [(64, 128, True), (3, 1, False), (512, 10, True), (7, 5, False)]:
+        want = sum(p.numel() for p in nn.Linear(fan_in, fan_out, bias=bias).parameters())
+        got = linear_params(fan_in, fan_out, bias)
+        equal(got, want, f"linear_params({fan_in}, {fan_out}, bias={bias})", why(
+            got, want,
+            (fan_in * fan_out, "that leaves out the bias, one number per output"),
+            (fan_in * fan_out + fan_in, "the bias has one number per output, not per input"),
+            (fan_in * fan_out + fan_out, "with bias=False there is no bias to count")))
     return "Almost all of an MLP's parameters sit in these matrices."
 
 
 @exercise(2, "the output size of a convolution",
-          hint="padding adds 2*padding to the size; the kernel fits (size - kernel) / stride "
-               "times after its first position, rounded down, plus that first position. The "
-               "arguments come in nn.Conv2d's order: conv_out(size, kernel, stride=1, padding=0).")
+          hint="picture the kernel sliding along a padded input: how long is the padded input, "
+               "and how many positions does the kernel take, moving `stride` at a time? Keep "
+               "nn.Conv2d's argument order.",
+          more="padding adds 2*padding to the size; the kernel fits (size - kernel) / stride "
+               "times after its first position, rounded down, plus that first position: "
+               "(size + 2 * padding - kernel) // stride + 1. The arguments come in nn.Conv2d's "
+               "order: conv_out(size, kernel, stride=1, padding=0).")
 def check_2(conv_out: Callable[..., int]) -> str:
     for size, k, p, s in [(8, 3, 1, 1), (28, 5, 0, 1), (32, 3, 1, 2), (7, 3, 0, 2), (224, 7, 3, 2)]:
         call = f"conv_out({size}, {k}, stride={s}, padding={p})"
@@ -38,9 +49,19 @@ def check_2(conv_out: Callable[..., int]) -> str:
                         f"as the stride. nn.Conv2d's order is kernel_size, stride, padding; "
                         f"divide by stride, add 2 * padding.") from None
         want = nn.Conv2d(1, 1, k, stride=s, padding=p)(torch.zeros(1, 1, size, size)).shape[-1]
-        swapped = (size + 2 * s - k) // p + 1 if p else None
-        extra = " (that is the answer with stride and padding swapped)" if got == swapped != want else ""
-        equal(got, want, call, extra)
+        if isinstance(got, float) and got != int(got) and math.floor(got) == want:
+            raise Wrong(f"{call} = {got}: a kernel position either fits or it does not, so "
+                        "round the division down (//).")
+        equal(got, want, call, why(
+            got, want,
+            ((size + 2 * s - k) // p + 1 if p else None, "that is the answer with stride and "
+                                                         "padding swapped"),
+            ((size + 2 * p - k) // s, "the first position is left out: add 1"),
+            (size + 2 * p - k + 1, "the stride is left out: the kernel moves `stride` at a time"),
+            ((size + p - k) // s + 1, "padding is added on both sides: 2 * padding"),
+            ((size - k) // s + 1, "the padding is left out"),
+            (-(-(size + 2 * p - k) // s) + 1, "rounded up: a position only counts when the "
+                                              "whole kernel fits, so round down")))
     return "The same formula gives the size after pooling (padding 0, stride = kernel)."
 
 
@@ -52,15 +73,29 @@ def _example_model() -> nn.Module:
 
 
 @exercise(3, "counting what will be trained",
-          hint="iterate over model.parameters() and add p.numel() for those with "
-               "p.requires_grad. Buffers (batch-norm statistics) are not parameters.")
+          hint="an optimizer updates parameters whose gradients autograd computes. Which "
+               "attribute of a parameter says so, and are buffers parameters?",
+          more="iterate over model.parameters() and add p.numel() for those with "
+               "p.requires_grad. Buffers (batch-norm statistics) are not parameters, and "
+               "numel() counts the numbers a tensor holds (len() only its first dimension).")
 def check_3(count_trainable: Callable[[nn.Module], int]) -> str:
     model = _example_model()
     want = sum(p.numel() for p in model.parameters() if p.requires_grad)
     got = count_trainable(model)
     if got != want:
-        total = sum(p.numel() for p in model.parameters())
-        extra = " (that counts the frozen layer too)" if got == total else ""
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        extra = why(got, want,
+                    (sum(p.numel() for p in model.parameters()), "that counts the frozen layer "
+                                                                 "too"),
+                    (sum(t.numel() for t in model.state_dict().values()),
+                     "that counts every tensor of state_dict(): the frozen layer and the "
+                     "batch-norm buffers too"),
+                    (want + sum(b.numel() for b in model.buffers()), "the batch-norm buffers "
+                                                                     "are not parameters"),
+                    (len(trainable), "that counts the tensors; count the numbers they hold, "
+                                     "numel()"),
+                    (sum(len(p) for p in trainable), "len() is a tensor's first dimension; "
+                                                     "numel() counts all its numbers"))
         raise Wrong(f"count_trainable gave {got}, expected {want}{extra}.")
     return "torchhw.models.count_parameters does the same."
 
@@ -87,29 +122,84 @@ class _Hidden(nn.Module):  # the classic mistake: a plain list hides the layers
         return x
 
 
+class _NoLastReLU(_Stack):  # a ReLU between the layers, none after the last
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x
+
+
+class _NoReLU(_Stack):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 @exercise(4, "layers an optimizer can see",
-          hint="keep the layers in nn.ModuleList (or nn.Sequential), not in a Python list: only "
-               "registered sub-modules appear in parameters(), state_dict() and .to(device).")
+          hint="nn.Module finds sub-modules only where it looks for them. Where do you keep "
+               "the layers so that parameters() lists them, and does each layer's output go "
+               "through a ReLU?",
+          more="keep the layers in nn.ModuleList (or nn.Sequential), not in a Python list: only "
+               "registered sub-modules appear in parameters(), state_dict() and .to(device). A "
+               "ModuleList has no forward of its own: write one that applies "
+               "torch.relu(layer(x)) for each layer, or build nn.Sequential(Linear, ReLU, "
+               "Linear, ReLU, ...) with a new Linear each time.")
 def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
-    for depth, width in [(3, 4), (1, 7)]:
+    for depth, width in [(3, 4), (1, 7), (4, 5)]:
+        call = f"make_stack({depth}, {width})"
+        torch.manual_seed(depth)
         model = make_stack(depth, width)
         if not isinstance(model, nn.Module):
-            raise Wrong(f"make_stack({depth}, {width}) should return an nn.Module, got "
-                        f"{type(model).__name__}.")
+            raise Wrong(f"{call} should return an nn.Module, got {type(model).__name__}.")
         got = sum(p.numel() for p in model.parameters())
         want = depth * (width * width + width)
+        layers = [m for _, m in model.named_modules(remove_duplicate=False)
+                  if isinstance(m, nn.Linear)]
         if got != want:
-            extra = " Python lists hide their layers from nn.Module." if got == 0 else ""
-            raise Wrong(f"make_stack({depth}, {width}).parameters() holds {got} numbers, "
-                        f"expected {want}.{extra}")
-        out = model(torch.ones(2, width))
-        if tuple(out.shape) != (2, width) or (out < 0).any():
-            raise Wrong(f"make_stack({depth}, {width}) should map (2, {width}) to (2, {width}) "
-                        f"with a ReLU after each layer; got shape {tuple(out.shape)}.")
+            if got == 0:
+                extra = (" Python lists hide their layers from nn.Module: keep them in "
+                         "nn.ModuleList or nn.Sequential.")
+            elif len(layers) == depth and len({id(m) for m in layers}) < depth:
+                extra = (" The same Linear appears several times ([layer] * depth repeats one "
+                         "object): make a new Linear for each position.")
+            else:
+                extra = ""
+            raise Wrong(f"{call}.parameters() holds {got} numbers, expected {want}.{extra}")
+        x = torch.randn(6, width, generator=torch.Generator().manual_seed(width))
+        try:
+            out = model(x)
+        except NotImplementedError:
+            raise Wrong(f"{call} returns a module without a forward ({type(model).__name__} "
+                        "only holds the layers): give it a forward that runs them, or use "
+                        "nn.Sequential.") from None
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (6, width):
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise Wrong(f"{call} should map a ({6}, {width}) batch to ({6}, {width}); got "
+                        f"{shape}.")
+        if len(layers) == depth:  # the reference: the same layers, each followed by a ReLU
+            expected = x
+            for layer in layers:
+                expected = torch.relu(layer(expected))
+            if not torch.allclose(out, expected, atol=1e-6):
+                plain = x
+                for i, layer in enumerate(layers):
+                    plain = layer(plain) if i == depth - 1 else torch.relu(layer(plain))
+                if (out < 0).any():
+                    where = ("no ReLU after the last layer" if torch.allclose(out, plain, atol=1e-6)
+                             else "a ReLU is missing")
+                    raise Wrong(f"{call} gives negative outputs: {where}. Each Linear must "
+                                "be followed by a ReLU.")
+                raise Wrong(f"{call} does not compute ReLU(Linear(...)) with its layers in "
+                            "order: check that every Linear is followed by a ReLU, and each "
+                            "is used once.")
     return "An optimizer built from model.parameters() will train every layer."
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda fan_in, fan_out, bias=True: fan_in * fan_out + (fan_out if bias else 0),
@@ -119,13 +209,32 @@ SOLUTIONS: dict[int, Any] = {
 }
 
 WRONG: dict[int, list[Any]] = {
-    1: [lambda i, o, bias=True: i * o, lambda i, o, bias=True: i * o + i],
+    # the hint's point: the bias, one per output, only when bias=True
+    1: [lambda i, o, bias=True: i * o, lambda i, o, bias=True: i * o + i,
+        lambda i, o, bias=True: i * o + o],
     2: [lambda n, k, stride=1, padding=0: (n + 2 * padding - k) // stride,
         lambda n, k, stride=1, padding=0: n + 2 * padding - k + 1,
         # the old argument order, (padding, stride), filled in by position: divides by padding
         lambda n, k, stride=1, padding=0: (n + 2 * stride - k) // padding + 1,
-        lambda n, k, s=1, p=0: (n + 2 * p - k) // s + 1],           # names unlike Conv2d's
+        lambda n, k, s=1, p=0: (n + 2 * p - k) // s + 1,            # names unlike Conv2d's
+        lambda n, k, stride=1, padding=0: (n + 2 * padding - k) / stride + 1],
+    # the hint's warnings: frozen parameters, buffers; and the rule: only what is trained
     3: [lambda m: sum(p.numel() for p in m.parameters()),
-        lambda m: sum(t.numel() for t in m.state_dict().values())],
-    4: [_Hidden, lambda depth, width: nn.Sequential(*[nn.Linear(width, width)] * depth)],
+        lambda m: sum(t.numel() for t in m.state_dict().values()),
+        lambda m: len([p for p in m.parameters() if p.requires_grad])],
+    # the hint's warning (a plain list), the task's rule (a ReLU after each layer), a
+    # ModuleList with no forward, and one layer repeated
+    4: [_Hidden, lambda depth, width: nn.Sequential(*[nn.Linear(width, width)] * depth),
+        lambda depth, width: nn.ModuleList(nn.Linear(width, width) for _ in range(depth)),
+        _NoReLU, _NoLastReLU],
 }
+
+ALSO_RIGHT: dict[int, list[Any]] = {
+    1: [lambda in_features, out_features, bias=True: out_features * (in_features + bool(bias))],
+    2: [lambda size, kernel, stride=1, padding=0: math.floor((size + 2 * padding - kernel)
+                                                             / stride) + 1],
+    3: [lambda m: sum(p.numel() for _, p in m.named_parameters() if p.requires_grad)],
+    4: [lambda depth, width: nn.Sequential(*(m for _ in range(depth)
+                                             for m in (nn.Linear(width, width), nn.ReLU())))],
+}
+"""Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

@@ -7,13 +7,28 @@ from typing import Any, Callable
 
 import torch
 
-from ..checks import Wrong, close, equal, exercise
+from ..checks import Wrong, equal, exercise, hints_for, why
+
+
+def _verdict(median: float, low: float, high: float, threshold: float = 0.05,
+             slower_below: float | None = None) -> str:
+    """The course's rule; other ``threshold``s and ``slower_below=1 - threshold`` are the
+    typical wrong versions."""
+    if low > 1 + threshold:
+        return "faster"
+    if high < (1 / (1 + threshold) if slower_below is None else slower_below):
+        return "slower"
+    return "no clear difference"
 
 
 @exercise(1, "a verdict from a ratio and its interval",
-          hint="'faster' only when even the low end of the interval is above 1 + threshold, "
-               "'slower' only when even the high end is below 1 / (1 + threshold); otherwise "
-               "'no clear difference'. The course's threshold is bench.THRESHOLD (0.05).")
+          hint="the median alone can mislead: the whole interval has to clear the course's "
+               "threshold (section 1) on one side. Which end of it matters for 'faster', and "
+               "which for 'slower'?",
+          more="'faster' only when even the low end of the interval is above 1 + threshold, "
+               "'slower' only when even the high end is below 1 / (1 + threshold) (about "
+               "0.952, not 0.95); otherwise 'no clear difference'. The course's threshold is "
+               "bench.THRESHOLD (0.05).")
 def check_1(verdict: Callable[[float, float, float], str]) -> str:
     from ..bench import THRESHOLD
 
@@ -26,37 +41,93 @@ def check_1(verdict: Callable[[float, float, float], str]) -> str:
              # at the threshold: a 3% or a 6% rule fails here
              ((1.2, 1.04, 1.3), "no clear difference"), ((1.2, 1.055, 1.3), "faster"),
              ((0.9, 0.8, 0.953), "no clear difference"), ((0.9, 0.8, 0.951), "slower")]
-    for (median, low, high), want in cases:
-        equal(verdict(median, low, high), want, f"verdict({median}, {low}, {high})")
+    allowed = {"faster", "slower", "no clear difference"}
+    answers = []
+    for (median, low, high), _ in cases:
+        got = verdict(median, low, high)
+        if got not in allowed:
+            raise Wrong(f"verdict({median}, {low}, {high}) = {got!r}: return one of "
+                        "'faster', 'slower' or 'no clear difference'.")
+        answers.append(got)
+    # the rule of a typical mistake that gives every one of the reader's answers names it
+    mistakes: list[tuple[Callable[[float, float, float], str], str]] = [
+        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.0),
+         "above 1 (or below it) is not enough: the interval must clear 1 by the course's "
+         "threshold, 5%"),
+        (lambda m, lo, hi: "faster" if m > 1 else "slower",
+         "the median alone is not enough: the whole interval must clear the threshold, or "
+         "there is no clear difference"),
+        (lambda m, lo, hi: _verdict(m, m, m),
+         "the median alone is not enough: the whole interval must clear the threshold"),
+        (lambda m, lo, hi: _verdict(m, lo, hi, slower_below=1 - THRESHOLD),
+         "'slower' starts below 1 / 1.05 (about 0.952), not 0.95: 5% longer is a ratio of "
+         "1 / 1.05"),
+        (lambda m, lo, hi: _verdict(m, hi, lo, threshold=0.0),
+         "the ends are swapped, and the threshold is missing: 'faster' needs even the low end "
+         "above 1.05, 'slower' even the high end below 1 / 1.05"),
+        (lambda m, lo, hi: _verdict(m, hi, lo),
+         "the ends are swapped: 'faster' needs even the low end above 1.05, 'slower' even the "
+         "high end below 1 / 1.05"),
+        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.03), "the course's threshold is 5%"),
+        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.06), "the course's threshold is 5%")]
+    named = next((f" ({reason})" for rule, reason in mistakes
+                  if all(rule(*case) == got for (case, _), got in zip(cases, answers))), "")
+    for ((median, low, high), want), got in zip(cases, answers):
+        equal(got, want, f"verdict({median}, {low}, {high})", named)
     return ("A ratio whose interval reaches within 5% of 1 is not a result yet: time longer rounds "
             "(more calls average out more noise) or use a quieter machine. This is the rule "
             "bench.compare_rounds applies to every ratio.")
 
 
 @exercise(2, "channels_last strides",
-          hint="channels_last stores (N, C, H, W) as N, H, W, C in memory: C is the fastest "
-               "dimension (stride 1), then W (stride C), then H (stride W*C), then N (H*W*C).")
+          hint="write out the order channels_last keeps the four dimensions in memory; the "
+               "last of them has stride 1, and each one before it jumps over all those after "
+               "it. Then list the strides in the order N, C, H, W.",
+          more="channels_last stores (N, C, H, W) as N, H, W, C in memory: C is the fastest "
+               "dimension (stride 1), then W (stride C), then H (stride W*C), then N (H*W*C). "
+               "In the order of the dimensions: (H*W*C, 1, W*C, C).")
 def check_2(strides: Callable[[int, int, int, int], tuple[int, ...]]) -> str:
     for shape in [(2, 3, 4, 5), (8, 16, 7, 7), (4, 2, 3, 3)]:
+        n, c, h, w = shape
         want = torch.empty(shape).contiguous(memory_format=torch.channels_last).stride()
         got = tuple(int(s) for s in strides(*shape))
-        equal(got, want, f"strides{shape}")
+        equal(got, want, f"strides{shape}", why(
+            got, want,
+            ((c * h * w, h * w, w, 1), "those are the contiguous (NCHW) strides; channels_last "
+                                       "puts C last in memory"),
+            ((h * w * c, w * c, c, 1), "those are in memory order (N, H, W, C); list them in "
+                                       "the order of the dimensions, N, C, H, W"),
+            (tuple(4 * x for x in want), "strides count elements, not bytes")))
     return "Same shape, same values, another order in memory: that is all channels_last changes."
 
 
 @exercise(3, "bytes moved by an element-wise chain",
-          hint="each unfused op reads its input and writes its output: 2 x n x bytes per op. "
-               "Fused, the chain reads the input once and writes the result once.")
+          hint="an fp32 element is 4 bytes. Count what one unfused op reads and writes, then "
+               "what the whole chain reads and writes once it is fused into one kernel.",
+          more="each unfused op reads its input and writes its output: 2 x n x 4 bytes per op, "
+               "so 8 * n * k for k ops. Fused, the chain reads the input once and writes the "
+               "result once: 8 * n, whatever k.")
 def check_3(chain_bytes: Callable[[int, int, bool], int]) -> str:
     for n, k in [(1000, 1), (4096, 3), (10**6, 5)]:
-        equal(chain_bytes(n, k, False), 8 * n * k, f"chain_bytes({n}, {k}, fused=False)")
-        equal(chain_bytes(n, k, True), 8 * n, f"chain_bytes({n}, {k}, fused=True)")
+        for fused, want in ((False, 8 * n * k), (True, 8 * n)):
+            got = chain_bytes(n, k, fused)
+            equal(got, want, f"chain_bytes({n}, {k}, fused={fused})", why(
+                got, want,
+                (want // 2, "each op both reads its input and writes its output"),
+                (want // 4, "those are elements: an fp32 element is 4 bytes"),
+                (8 * n * k, "fused, the chain reads once and writes once, however many ops"),
+                (8 * n, "unfused, every op reads and writes the whole tensor again"),
+                (4 * n * (k + 1), "an unfused chain writes each result to memory and reads it "
+                                  "back: 2 x n x 4 per op")))
     return ("Memory-bound ops run at bytes / bandwidth, so fusing k ops can approach k times "
             "faster: what torch.compile's fusion buys on the left of the roofline.")
 
 
-def saved_activation_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
-    """Bytes of tensors autograd keeps for backward (parameters excluded, storages counted once)."""
+def saved_activation_bytes(model: torch.nn.Module, x: torch.Tensor,
+                           y: torch.Tensor | None = None) -> int:
+    """Bytes of tensors autograd keeps for backward (parameters excluded, storages counted once).
+    Without ``y`` the forward ends in a sum (the model's activations alone); with labels ``y``
+    it ends in cross_entropy, as section 10's saved_bytes runs it, which keeps a few more."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -67,32 +138,71 @@ def saved_activation_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(x).sum().backward()
+        out = model(x)
+        (out.sum() if y is None else torch.nn.functional.cross_entropy(out, y)).backward()
     return sum(seen.values())
 
 
+_MODELS = [(32, 64, 128, 2), (64, 100, 256, 3), (16, 8, 32, 1)]
+
+
+def _param_bytes(features: int, hidden: int, depth: int) -> int:
+    return 4 * (features * hidden + hidden + (depth - 1) * (hidden * hidden + hidden)
+                + hidden * 10 + 10)
+
+
 @exercise(4, "predict, then measure: activation memory",
-          hint="each Linear keeps its input for the weight gradient, each ReLU keeps its "
+          hint="go through the model's layers and ask what each one must keep for its "
+               "backward, and whether two layers keep the same tensor. Then count bytes: how "
+               "many per fp32 element?",
+          more="each Linear keeps its input for the weight gradient, each ReLU keeps its "
                "output, and a ReLU's output is the next Linear's input (one tensor, counted "
                "once): the input batch plus one batch x hidden tensor per hidden layer, 4 "
-               "bytes per fp32 element.")
+               "bytes per fp32 element: 4 * (batch * features + depth * batch * hidden). "
+               "Section 10's count, with its cross_entropy loss, adds the loss's tensors too "
+               "(the (batch, 10) log-softmax output and the int64 labels): either is accepted.")
 def check_4(predict: Callable[[int, int, int, int], float]) -> str:
     from ..models import MLP
 
+    guesses = [float(predict(*shape)) for shape in _MODELS]
+    if len(set(guesses)) == 1:
+        raise Wrong(f"your prediction is the same for all three models ({guesses[0]:,.0f} "
+                    "bytes): it must grow with the batch, the width and the depth.")
     worst = 0.0
-    for batch, features, hidden, depth in [(32, 64, 128, 2), (64, 100, 256, 3), (16, 8, 32, 1)]:
+    for (batch, features, hidden, depth), got in zip(_MODELS, guesses):
         torch.manual_seed(0)
         model = MLP(features, 10, hidden=hidden, depth=depth)
-        measured = saved_activation_bytes(model, torch.randn(batch, features))
-        got = predict(batch, features, hidden, depth)
-        close(got, measured, f"predict({batch}, {features}, {hidden}, {depth}) against the "
-              f"{measured:,} bytes measured", rel=0.05)
-        worst = max(worst, abs(float(got) - measured) / measured)
+        x = torch.randn(batch, features)
+        y = torch.randint(0, 10, (batch,))
+        alone, with_loss = saved_activation_bytes(model, x), saved_activation_bytes(model, x, y)
+        off = min(abs(got - alone) / alone, abs(got - with_loss) / with_loss)
+        if not off <= 0.05:
+            act = batch * features + depth * batch * hidden
+            loss = 4 * (10 * batch + 1) + 8 * batch
+            candidates = [
+                (act, "that counts elements; an fp32 element is 4 bytes"),
+                (2 * act, "an fp32 element is 4 bytes, not 2"),
+                (4 * (batch * features + 2 * depth * batch * hidden),
+                 "a ReLU's output is the next Linear's input: one tensor, counted once"),
+                (4 * depth * batch * hidden, "the first Linear keeps the input batch too"),
+                (4 * act + _param_bytes(features, hidden, depth),
+                 "the task leaves the parameters out: count only the activations")]
+            reason = ""
+            for value, why_ in candidates:
+                if any(abs(got - v) <= 0.02 * v for v in (value, value + loss)):
+                    reason = f" ({why_})"
+                    break
+            raise Wrong(f"predict({batch}, {features}, {hidden}, {depth}) = {got:,.0f} bytes, "
+                        f"but autograd kept {alone:,} bytes for the model's activations "
+                        f"({with_loss:,} with section 10's cross_entropy loss){reason}; within "
+                        "5% passes.")
+        worst = max(worst, off)
     return (f"Within {worst:.1%} of the live measurement. Activation memory grows with batch x "
             f"width x depth, which is what gradient checkpointing trades for time.")
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: lambda m, low, high: "faster" if low > 1.05 else "slower" if high < 1 / 1.05
@@ -103,13 +213,37 @@ SOLUTIONS: dict[int, Any] = {
 }
 
 WRONG: dict[int, list[Any]] = {
+    # the median alone, the hint's warning (the threshold forgotten), 0.95 for 'slower', the
+    # ends swapped, and another threshold than the course's rule
     1: [lambda m, low, high: "faster" if m > 1 else "slower",
         lambda m, low, high: "faster" if high > 1 else "slower" if low < 1 else "no clear difference",
         # the interval above 1 but the threshold forgotten
-        lambda m, low, high: "faster" if low > 1 else "slower" if high < 1 else "no clear difference"],
-    2: [lambda n, c, h, w: (c * h * w, h * w, w, 1), lambda n, c, h, w: (1, n, n * c, n * c * h)],
+        lambda m, low, high: "faster" if low > 1 else "slower" if high < 1 else "no clear difference",
+        lambda m, low, high: _verdict(m, low, high, slower_below=0.95),
+        lambda m, low, high: _verdict(m, low, high, threshold=0.03)],
+    # the contiguous strides, nonsense, and the hint's memory order given as the answer
+    2: [lambda n, c, h, w: (c * h * w, h * w, w, 1), lambda n, c, h, w: (1, n, n * c, n * c * h),
+        lambda n, c, h, w: (h * w * c, w * c, c, 1)],
+    # half (read or write forgotten), fusion ignored, elements instead of bytes
     3: [lambda n, k, fused: 4 * n * k if not fused else 4 * n,
-        lambda n, k, fused: 8 * n * k],
+        lambda n, k, fused: 8 * n * k,
+        lambda n, k, fused: 2 * n if fused else 2 * n * k],
+    # elements instead of bytes (off by 4), the hint's warning (a ReLU's output counted again),
+    # the input left out, a constant, and the task's rule (parameters excluded) broken
     4: [lambda b, f, h, d: b * f + d * b * h, lambda b, f, h, d: 4 * (b * f + 2 * d * b * h),
-        lambda b, f, h, d: 4 * d * b * h],
+        lambda b, f, h, d: 4 * d * b * h, lambda b, f, h, d: 40960,
+        lambda b, f, h, d: 4 * (b * f + d * b * h) + _param_bytes(f, h, d),
+        lambda b, f, h, d: 2 * (b * f + d * b * h)],
 }
+
+ALSO_RIGHT: dict[int, list[Any]] = {
+    1: [lambda m, low, high: _verdict(m, low, high)],
+    2: [lambda n, c, h, w: tuple(torch.empty(n, c, h, w).to(memory_format=torch.channels_last)
+                                 .stride())],
+    3: [lambda n, k, fused: 2 * n * 4 * (1 if fused else k)],
+    # section 10's count, saved_bytes around F.cross_entropy: the loss's log-softmax output,
+    # its int64 labels and a scalar come on top of the activations
+    4: [lambda b, f, h, d: 4 * (b * f + d * b * h + 10 * b + 1) + 8 * b,
+        lambda b, f, h, d: 4 * (b * f + d * b * h + 10 * b)],
+}
+"""Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

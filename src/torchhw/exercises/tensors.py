@@ -4,80 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
+import torch._refs
 
-from ..checks import Wrong, equal, exercise, same_tensor
-
-
-@exercise(1, "the broadcasting rule",
-          hint="line the shapes up from the right; each pair of sizes must be equal or "
-               "contain a 1, and the result takes the size that is not 1 (so 1 and 0 give 0, "
-               "not the larger). Missing sizes count as 1.")
-def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
-    for a, b in [((3, 1, 5), (4, 5)), ((1,), (7, 2)), ((2, 3), (2, 3)), ((), (4,)),
-                 ((8, 1, 6, 1), (7, 1, 5)), ((0,), (1,)), ((1, 3), (0, 1)), ((2, 0), (0,))]:
-        equal(tuple(broadcast_shape(a, b)), tuple(torch.broadcast_shapes(a, b)),
-              f"broadcast_shape({a}, {b})")
-    for a, b in [((3,), (4,)), ((2, 3), (3, 2)), ((0,), (3,))]:
-        try:
-            got = broadcast_shape(a, b)
-        except ValueError:
-            continue
-        raise Wrong(f"{a} and {b} cannot broadcast, but you returned {got}: raise ValueError.")
-    return "That is exactly what torch.broadcast_shapes does."
-
-
-@exercise(2, "pairwise squared distances without a loop",
-          hint="X[:, None, :] has shape (n, 1, d) and Y[None, :, :] has shape (1, m, d); "
-               "their difference broadcasts to (n, m, d). Square and sum the last axis.")
-def check_2(sq_dists: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
-    g = torch.Generator().manual_seed(1)
-    calls = {}
-    for n, m, d in [(4, 5, 3), (1, 4, 16), (32, 32, 2)]:
-        X, Y = torch.randn(n, d, generator=g), torch.randn(m, d, generator=g)
-        with _CountOps() as ops:
-            got = sq_dists(X, Y)
-        same_tensor(got, torch.cdist(X, Y) ** 2, f"sq_dists for n={n}, m={m}, d={d}", atol=1e-4)
-        calls[n * m] = ops.calls
-        left = ops.names & _LEAVES_TENSORS
-        if left:
-            raise Wrong(f"the values are right, but your answer calls {', '.join(sorted(left))}: "
-                        "it takes the numbers out into Python, which is the loop this exercise "
-                        "replaces. Stay with tensor operations.")
-    if calls[1024] > calls[20] + 8:
-        raise Wrong(f"the values are right, but the number of torch operations grew with the "
-                    f"number of pairs ({calls[20]} for 4 x 5 pairs, {calls[1024]} for 32 x 32): "
-                    "that is a Python loop over pairs, not broadcasting.")
-    return "Broadcasting turned a double loop into one expression."
-
-
-@exercise(3, "strides of a contiguous tensor",
-          hint="the last dimension moves one element at a time; each dimension to its left "
-               "jumps over everything to its right (the product of the later sizes).")
-def check_3(contiguous_strides: Callable[[tuple], tuple]) -> str:
-    for shape in [(2, 3, 4), (5,), (3, 1, 2), (6, 7)]:
-        got, want = tuple(contiguous_strides(shape)), torch.empty(shape).stride()
-        equal(got, want, f"contiguous_strides({shape})", " (reversed?)" if got == want[::-1] else "")
-    return "Transposing swaps strides without moving data: that is why .T is free."
-
-
-_LEAVES_TENSORS = {"tolist", "item", "numpy", "__iter__"}
-
-
-class _CountOps(TorchFunctionMode):
-    """Counts the torch operations run inside it, and remembers their names."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.names: set[str] = set()
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        self.calls += 1
-        self.names.add(getattr(func, "__name__", ""))
-        return func(*args, **(kwargs or {}))
+from ..checks import TorchCalls, Wrong, equal, exercise, hints_for, same_tensor, watching, why
 
 
 def _broadcast_shape(a: tuple, b: tuple, take_larger: bool = False) -> tuple:
@@ -97,6 +28,185 @@ def _broadcast_shape_max(a: tuple, b: tuple) -> tuple:
     return _broadcast_shape(a, b, take_larger=True)
 
 
+def _broadcast_shape_from_left(a: tuple, b: tuple) -> tuple:
+    """The rule with the shapes lined up from the left (the shorter one padded with 1s on its
+    right): the other typical wrong version."""
+    pad = max(len(a), len(b))
+    return _broadcast_shape(tuple(a) + (1,) * (pad - len(a)), tuple(b) + (1,) * (pad - len(b)))
+
+
+def _maybe(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return tuple(fn(*args))
+    except Exception:
+        return None
+
+
+def _shape_calls() -> Any:
+    """Watch every way to have the shape computed for you: torch's (however imported: the
+    inner function is looked up at call time) and NumPy's, and tensors made to broadcast."""
+    return watching((torch, "broadcast_shapes", "torch.broadcast_shapes"),
+                    (torch._refs, "_broadcast_shapes", "torch.broadcast_shapes"),
+                    (np, "broadcast_shapes", "numpy.broadcast_shapes"),
+                    (np, "broadcast", "numpy.broadcast"))
+
+
+@exercise(1, "the broadcasting rule",
+          hint="compare the two shapes one dimension at a time. From which end do you start, "
+               "and what does a size of 1 (or a missing size) do?",
+          more="line the shapes up from the right; each pair of sizes must be equal or "
+               "contain a 1, and the result takes the size that is not 1 (so 1 and 0 give 0, "
+               "not the larger). Missing sizes count as 1. Any other pair: raise ValueError.")
+def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
+    def ask(a: tuple, b: tuple) -> Any:
+        """The reader's answer for (a, b); Wrong if torch or NumPy worked it out."""
+        failed: Exception | None = None
+        with _shape_calls() as seen, TorchCalls() as ops:
+            try:
+                got = broadcast_shape(a, b)
+            except Exception as err:  # re-raised below, once the calls have been looked at
+                failed = err
+        if seen.used or ops.calls:
+            named = sorted(n for n in ops.names if n and not n.startswith("_"))
+            used = (seen.used[0] if seen.used else
+                    "torch tensors (" + ", ".join(named or ["torch"]) + ")")
+            raise Wrong(f"broadcast_shape({a}, {b}) lets {used} work the shape out: the "
+                        "exercise is to apply the rule yourself, from the sizes alone, without "
+                        "making tensors.")
+        if failed is not None:
+            raise failed
+        return got
+
+    for a, b in [((3, 1, 5), (4, 5)), ((1,), (7, 2)), ((2, 3), (2, 3)), ((), (4,)),
+                 ((8, 1, 6, 1), (7, 1, 5)), ((0,), (1,)), ((1, 3), (0, 1)), ((2, 0), (0,))]:
+        want = tuple(torch.broadcast_shapes(a, b))
+        try:
+            got = ask(a, b)
+        except (Wrong, NotImplementedError):
+            raise
+        except Exception as err:
+            left = _maybe(_broadcast_shape_from_left, a, b) is None
+            raise Wrong(f"{a} and {b} do broadcast (to {want}), but broadcast_shape raised "
+                        f"{type(err).__name__}: {err}"
+                        + (" (lined up from the left? Broadcasting lines shapes up from the "
+                           "right)." if left else ".")) from None
+        try:
+            got = tuple(got)
+        except TypeError:
+            raise Wrong(f"broadcast_shape({a}, {b}) returned {got!r}: return a tuple of sizes.") from None
+        equal(got, want, f"broadcast_shape({a}, {b})", why(
+            got, want,
+            (_maybe(_broadcast_shape_max, a, b), "a size of 1 against 0 gives 0: the result "
+                                                 "takes the size that is not 1, not the larger"),
+            (_maybe(_broadcast_shape_from_left, a, b), "lined up from the left? Broadcasting "
+                                                       "lines shapes up from the right"),
+            (tuple(max(x, y) for x, y in zip(a, b)), "zip stops at the shorter shape: the "
+                                                     "missing sizes count as 1")))
+    for a, b in [((3,), (4,)), ((2, 3), (3, 2)), ((0,), (3,))]:
+        try:
+            got = ask(a, b)
+        except ValueError:
+            continue
+        except Wrong:
+            raise
+        except Exception as err:
+            raise Wrong(f"{a} and {b} cannot broadcast and you raised {type(err).__name__}: "
+                        "raise ValueError, as the task asks.") from None
+        raise Wrong(f"{a} and {b} cannot broadcast, but you returned {got}: raise ValueError.")
+    return "That is exactly what torch.broadcast_shapes does."
+
+
+@exercise(2, "pairwise squared distances without a loop",
+          hint="broadcasting can pair every row of X with every row of Y at once. Which axis "
+               "of size 1 does each need, and where, for their difference to hold all the "
+               "pairs (i, j)?",
+          more="X[:, None, :] has shape (n, 1, d) and Y[None, :, :] has shape (1, m, d); "
+               "their difference broadcasts to (n, m, d). Square and sum the last axis: "
+               "((X[:, None, :] - Y[None, :, :]) ** 2).sum(-1).")
+def check_2(sq_dists: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
+    g = torch.Generator().manual_seed(1)
+    calls = {}
+    # the base case, then more pairs, then more features: a loop over either shows in the count
+    for n, m, d in [(4, 5, 3), (32, 32, 3), (4, 5, 48), (1, 4, 16)]:
+        X, Y = torch.randn(n, d, generator=g), torch.randn(m, d, generator=g)
+        want = torch.cdist(X, Y) ** 2
+        with TorchCalls() as ops:
+            try:
+                got = sq_dists(X, Y)
+            except RuntimeError as err:
+                if n != m and "must match" in str(err):
+                    raise Wrong(f"sq_dists for n={n}, m={m} raised RuntimeError: an (n, d) and "
+                                "an (m, d) tensor do not broadcast against each other. Each "
+                                "needs an axis of size 1 where the other has its rows.") from None
+                raise
+        if "cdist" in ops.names:
+            raise Wrong("your answer calls torch.cdist, which the checker compares with: "
+                        "the exercise is to write the distances with broadcasting.")
+        left = ops.names & _LEAVES_TENSORS
+        if left:
+            raise Wrong(f"your answer calls {', '.join(sorted(left))}: it takes the numbers out "
+                        "into Python, which is the loop this exercise replaces. Stay with "
+                        "tensor operations.")
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and \
+                torch.allclose(got, want.sqrt(), atol=1e-4, rtol=1e-4) and not \
+                torch.allclose(got, want, atol=1e-4, rtol=1e-4):
+            raise Wrong(f"sq_dists for n={n}, m={m}, d={d} gives the distances, not the "
+                        "squared distances: leave out the square root.")
+        same_tensor(got, want, f"sq_dists for n={n}, m={m}, d={d}", atol=1e-4)
+        calls[n, m, d] = ops.calls
+    base = calls[4, 5, 3]
+    if calls[32, 32, 3] > base + 8:
+        raise Wrong(f"the values are right, but the number of torch operations grew with the "
+                    f"number of pairs ({base} for 4 x 5 pairs, {calls[32, 32, 3]} for 32 x 32): "
+                    "that is a Python loop over pairs, not broadcasting.")
+    if calls[4, 5, 48] > base + 8:
+        raise Wrong(f"the values are right, but the number of torch operations grew with the "
+                    f"number of features ({base} for d=3, {calls[4, 5, 48]} for d=48): that is "
+                    "a Python loop over the feature dimension. Let the sum over the last axis "
+                    "do it.")
+    return "Broadcasting turned a double loop into one expression."
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+@exercise(3, "strides of a contiguous tensor",
+          hint="a stride counts the elements to skip to move one step along a dimension. "
+               "Which dimension moves one element at a time?",
+          more="the last dimension moves one element at a time (stride 1); each dimension to "
+               "its left jumps over everything to its right: its stride is the product of the "
+               "sizes after it. So (2, 3, 4) has strides (12, 4, 1).")
+def check_3(contiguous_strides: Callable[[tuple], tuple]) -> str:
+    for shape in [(2, 3, 4), (5,), (3, 1, 2), (6, 7)]:
+        with TorchCalls() as ops:
+            got = contiguous_strides(shape)
+        if ops.calls:
+            raise Wrong(f"contiguous_strides({shape}) calls torch ({', '.join(sorted(ops.names))}): "
+                        "the task is to work the strides out from the shape, without creating "
+                        "a tensor.")
+        try:
+            got = tuple(got)
+        except TypeError:
+            raise Wrong(f"contiguous_strides({shape}) returned {got!r}: return a tuple.") from None
+        want = torch.empty(shape).stride()
+        shifted = tuple(want[i] * shape[i] for i in range(len(shape)))
+        equal(got, want, f"contiguous_strides({shape})", why(
+            got, want,
+            (want[::-1], "reversed: the last dimension is the one with stride 1"),
+            (tuple(4 * s for s in want), "those are bytes of float32; strides count elements"),
+            (shifted, "each stride is the product of the sizes after its dimension, not "
+                      "including its own")))
+    return "Transposing swaps strides without moving data: that is why .T is free."
+
+
+_LEAVES_TENSORS = {"tolist", "item", "numpy", "__iter__"}
+
+
 def _sq_dists_double_loop(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     out = torch.empty(X.shape[0], Y.shape[0])
     for i in range(X.shape[0]):
@@ -110,15 +220,38 @@ def _sq_dists_python_lists(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     return torch.tensor([[sum((a - b) ** 2 for a, b in zip(x, y)) for y in ys] for x in xs])
 
 
-def _contiguous_strides(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
+def _sq_dists_loop_over_features(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """Broadcasts over the pairs but loops over the d features in Python."""
+    out = torch.zeros(X.shape[0], Y.shape[0])
+    for k in range(X.shape[1]):
+        out = out + (X[:, None, k] - Y[None, :, k]) ** 2
+    return out
+
+
+def _broadcast_shape_by_torch(a: tuple, b: tuple) -> tuple:
+    """Right results, and the forbidden call: torch does the work."""
+    try:
+        return tuple(torch.broadcast_shapes(a, b))
+    except RuntimeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _broadcast_shape_by_tensors(a: tuple, b: tuple) -> tuple:
+    try:
+        return tuple((torch.empty(a) + torch.empty(b)).shape)
+    except RuntimeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _broadcast_shape_runtime_error(a: tuple, b: tuple) -> tuple:
+    try:
+        return _broadcast_shape(a, b)
+    except ValueError as err:
+        raise RuntimeError(str(err)) from None
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
+hint = hints_for(CHECKS)
 
 SOLUTIONS: dict[int, Any] = {
     1: _broadcast_shape,
@@ -128,13 +261,28 @@ SOLUTIONS: dict[int, Any] = {
 
 WRONG: dict[int, list[Any]] = {
     1: [lambda a, b: tuple(max(x, y) for x, y in zip(a, b)),
-        lambda a, b: a if len(a) >= len(b) else b, _broadcast_shape_max],
-    2: [lambda X, Y: ((X - Y) ** 2).sum(-1), lambda X, Y: torch.cdist(X, Y),
-        _sq_dists_double_loop, _sq_dists_python_lists],
-    3: [lambda s: tuple(reversed(_contiguous_strides(s))), lambda s: (1,) * len(s)],
+        lambda a, b: a if len(a) >= len(b) else b,
+        _broadcast_shape_max,                     # the hint's warning: 1 against 0 gives 0
+        _broadcast_shape_from_left,
+        _broadcast_shape_by_torch,                # the task's rule: not torch.broadcast_shapes
+        lambda a, b: tuple(np.broadcast_shapes(a, b)),
+        _broadcast_shape_by_tensors,
+        _broadcast_shape_runtime_error],
+    2: [lambda X, Y: ((X - Y) ** 2).sum(-1),      # the hint's point: no new axes
+        lambda X, Y: torch.cdist(X, Y),
+        lambda X, Y: torch.cdist(X, Y) ** 2,      # the checker's own reference
+        _sq_dists_double_loop, _sq_dists_python_lists,
+        _sq_dists_loop_over_features],            # the task's rule: no loop, over d either
+    3: [lambda s: tuple(reversed(_contiguous_strides(s))), lambda s: (1,) * len(s),
+        lambda s: tuple(torch.empty(s).stride()),  # the task's rule: without a tensor
+        lambda s: tuple(4 * x for x in _contiguous_strides(s))],
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {
-    2: [lambda X, Y: (X**2).sum(1, keepdim=True) - 2 * X @ Y.T + (Y**2).sum(1)],
+    1: [lambda a, b: _broadcast_shape(list(a), list(b))],
+    2: [lambda X, Y: (X**2).sum(1, keepdim=True) - 2 * X @ Y.T + (Y**2).sum(1),
+        lambda X, Y: torch.einsum("nmd,nmd->nm", X[:, None] - Y[None], X[:, None] - Y[None]),
+        lambda X, Y: (X.unsqueeze(1) - Y.unsqueeze(0)).pow(2).sum(dim=2)],
+    3: [lambda s: tuple(int(np.prod(s[i + 1:])) for i in range(len(s)))],
 }
 """Other correct answers each checker must accept (tested alongside SOLUTIONS)."""
