@@ -14,8 +14,9 @@ controller would set. What happens when a pod's command exits non-zero is the co
   eviction (:meth:`Pods.terminate`), or that stopped because another pod was evicted, uses no
   restart.
 
-An eviction or preemption is SIGTERM to the pod's first process (here torchrun's agent, through
-the guard that stops it if the test dies). ``on_line`` sees every line as it comes and may call
+An eviction or preemption is SIGTERM to the pod's first process (torchrun's agent, or the
+TrainJob's shell wrapper, through the guard that stops it if the test dies), and deleting a
+pod is that SIGTERM and, after the grace period, SIGKILL to everything left (``_stop_all``). ``on_line`` sees every line as it comes and may call
 ``Pods.terminate(i)``. Only for the tests.
 """
 
@@ -29,7 +30,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from torchhw.distributed.agents import stop_agent
+import psutil
 
 
 class Pods:
@@ -118,9 +119,32 @@ class Pods:
             self._stop_all()
 
     def _stop_all(self) -> None:
+        """What the kubelet does to a pod it deletes: SIGTERM to the container's first process
+        only, and after the grace period SIGKILL to every process left in the container. A
+        process the first one does not pass the signal on to never sees a SIGTERM."""
         for p in self.procs:
-            if p is not None:
-                stop_agent(p, grace=self.grace_s)
+            if p is None:
+                continue
+            try:
+                inside = psutil.Process(p.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                inside = []
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)  # the guard hands it to the container's command
+                try:
+                    p.wait(timeout=self.grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            if p.poll() is None:
+                inside.append(psutil.Process(p.pid))
+            for q in inside:
+                try:
+                    q.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(inside, timeout=5)
+            if p.poll() is None:
+                p.wait(timeout=5)
 
     def tail(self, n: int = 300) -> str:
         with self.lock:

@@ -512,3 +512,19 @@ def test_the_data_order_and_the_dropout_seeds_depend_on_nothing_a_resume_loses()
     assert not script.torch.equal(script.rows(0, 0, 64, n, 0, 64), script.rows(0, 16, 64, n, 0, 64))
     seeds = {script.step_seed(0, r, s) for r in range(8) for s in range(100)}
     assert len(seeds) == 800
+
+
+def test_a_stop_that_would_outlast_its_grace_is_warned_of(monkeypatch):
+    from torchhw.distributed import train as script
+
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "10")
+    clock = iter([0.0, 2.0, 4.0, 6.0])
+    monkeypatch.setattr(script.time, "monotonic", lambda: next(clock))
+    saver = script.Saver(Path("unused.pt"))
+    check = script.GraceCheck(check_every=10)
+    saver.seconds = 1.0
+    assert check(saver) == "" and check(saver) == ""     # 2 s between checks + 1 s to save: fine
+    saver.seconds = 7.0                                  # 2 + 7 s > 80% of 10 s
+    text = check(saver)
+    assert "may need 9 s (10 steps, then a checkpoint of 7 s)" in text and "stop_grace_s" in text
+    assert check(saver) == ""                            # once

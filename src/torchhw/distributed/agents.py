@@ -38,7 +38,7 @@ def torchrun_command(target: str, args: Sequence[str] = (), *, nproc_per_node: i
                      rdzv_id: str = "torchhw", max_restarts: int = 0,
                      monitor_interval: float | None = 0.5,
                      launcher: Sequence[str] | None = None, log_dir: str | None = None,
-                     tee: int | None = None) -> list[str]:
+                     tee: int | None = None, rdzv_conf: str | None = None) -> list[str]:
     """The argv of torchrun for ``target`` (a ``.py`` script, else a module run with ``-m``).
 
     The notebooks, the tests and the Slurm script (:mod:`torchhw.distributed.jobs`, with
@@ -64,6 +64,8 @@ def torchrun_command(target: str, args: Sequence[str] = (), *, nproc_per_node: i
             raise ValueError("a multi-node job needs rdzv_endpoint='host:port'")
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
                 f"--rdzv-id={rdzv_id}"]
+        if rdzv_conf:  # e.g. "read_timeout=600,join_timeout=600"
+            cmd.append(f"--rdzv-conf={rdzv_conf}")
     program = [target] if target.endswith(".py") else ["-m", target]
     return cmd + program + list(args)
 

@@ -203,6 +203,13 @@ _NETWORK = [
 ]
 
 
+# How long an agent waits for the rendezvous store, which the first node's (worker-0's) torchrun
+# hosts: c10d's read_timeout, 60 s by default, is shorter than a cold node's start (an image
+# pull, a shared environment read over the network), and an agent that gives up fails its node
+# (Slurm: the step; a PyTorchJob: a restart of the backoffLimit). join_timeout: for the others.
+RDZV_CONF = {"read_timeout": "600", "join_timeout": "600"}
+
+
 def slurm_script(job: Job) -> str:
     """An sbatch script: one torchrun agent per node (srun), c10d rendezvous on the first node."""
     logs = "logs/$SLURM_JOB_ID"
@@ -210,7 +217,8 @@ def slurm_script(job: Job) -> str:
                                nnodes=job.nodes, rdzv_endpoint="$head_node:$port",
                                rdzv_id="$SLURM_JOB_ID", max_restarts=job.max_restarts,
                                monitor_interval=None, launcher=["torchrun"],
-                               log_dir=logs, tee=3)
+                               log_dir=logs, tee=3,
+                               rdzv_conf=",".join(f"{k}={v}" for k, v in RDZV_CONF.items()))
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job.name}",
@@ -267,6 +275,12 @@ def slurm_script(job: Job) -> str:
         'export TRAIN_STOP_MARKER="$stopped"     # where: the course\'s train.py reads it',
         'rm -f "$stopped"',
         "finish() {  # after the step: requeue a stopped run, else end with the step's status",
+        '  if [ "$1" != 0 ]; then  # rank 0 may have written the marker on another node: on a network',
+        '    for _ in 1 2 3 4 5 6; do  # file system it can take seconds to show here, so look again',
+        '      [ -e "$stopped" ] && break',
+        '      ls "$(dirname "$stopped")" > /dev/null 2>&1; sleep 5',
+        "    done",
+        "  fi",
         '  if [ -e "$stopped" ]; then',
         '    echo "$(date +%T) $(cat "$stopped"): requeueing"',
         '    scontrol requeue "$SLURM_JOB_ID"',
@@ -400,20 +414,26 @@ def pytorchjob(job: Job) -> dict[str, Any]:
 # The TrainJob's container: torchrun, then exit 75 (the training script's STOPPED) when the
 # workers stopped on a signal with a checkpoint, as their stop marker says; torchrun itself
 # exits 1 for a stop and a crash alike. The Job's podFailurePolicy tells the two apart by it.
+# The shell is the container's first process (PID 1), which Kubernetes' SIGTERM reaches: as
+# PID 1 without a handler it would ignore the signal, so it traps it and passes it to torchrun
+# (which passes it to the workers), then waits for torchrun to finish saving. A marker written
+# on another node may take a few seconds to show on a network file system: a failed run looks
+# again before it decides.
 STOPPED_EXIT = 75
-TRAINER_WRAPPER = ('rm -f "$TRAIN_STOP_MARKER"; torchrun "$@"; code=$?; '
-                   f'if [ -e "$TRAIN_STOP_MARKER" ]; then exit {STOPPED_EXIT}; fi; exit "$code"')
+TRAINER_WRAPPER = (
+    'rm -f "$TRAIN_STOP_MARKER"; '
+    'torchrun "$@" & pid=$!; '
+    "trap 'kill -TERM \"$pid\" 2>/dev/null' TERM INT; "
+    'wait "$pid"; code=$?; '
+    'while kill -0 "$pid" 2>/dev/null; do wait "$pid"; code=$?; done; '
+    'if [ "$code" != 0 ]; then for _ in 1 2 3 4 5; do [ -e "$TRAIN_STOP_MARKER" ] && break; '
+    'ls "$(dirname "$TRAIN_STOP_MARKER")" > /dev/null 2>&1; sleep 2; done; fi; '
+    f'if [ -e "$TRAIN_STOP_MARKER" ]; then exit {STOPPED_EXIT}; fi; exit "$code"')
 
 
 def _deadline(job: Job) -> dict[str, int]:
     """``activeDeadlineSeconds`` where the job asks for one (see ``Job.deadline_s``)."""
     return {} if job.deadline_s is None else {"activeDeadlineSeconds": job.deadline_s}
-
-
-# How long a pod's torchrun waits for the rendezvous store, which worker-0's torchrun hosts:
-# c10d's read_timeout, 60 s by default, is shorter than an image pull on a cold node, and
-# each pod that gives up before worker-0 runs costs a restart of the backoffLimit.
-RDZV_CONF = {"read_timeout": "600", "join_timeout": "600"}
 
 
 def operator_env(job: Job, rdzv_endpoint: str) -> dict[str, str]:

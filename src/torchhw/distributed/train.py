@@ -65,9 +65,10 @@ from torchhw.distributed.elastic import agreed_step, init_generation
 from torchhw.distributed.placement import rank_device
 
 # Once torchrun's agents have met (their own wait, for slow nodes and image pulls, is the
-# rendezvous' join_timeout: 600 s for c10d unless --rdzv-conf says otherwise, 900 s for the
-# static rendezvous of a TrainJob), the ranks of a generation must all reach the process
-# group within this.
+# rendezvous' read_timeout for reaching the store and join_timeout for the others: 60 s and
+# 600 s for c10d unless --rdzv-conf says otherwise, as the job files do; 900 s for the static
+# rendezvous of a TrainJob), the ranks of a generation must all reach the process group
+# within this.
 JOIN_TIMEOUT = timedelta(minutes=10)
 # A rank waiting longer than this in one collective fails (torch's default for NCCL). The
 # longest wait of a healthy run is the other ranks' while rank 0 copies the state to the CPU
@@ -254,6 +255,8 @@ class Saver:
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.keep_newest = True  # False while the newest file is one that cannot be read
+        self.seconds = 0.0       # the last save's copy and write, once it has finished
+        self._copy_s = 0.0
 
     def tidy(self) -> None:
         """At the start: remove what a cut write left, and keep an unreadable newest file from
@@ -266,11 +269,14 @@ class Saver:
     def save(self, model: nn.Module, opt: torch.optim.Optimizer, step: int, **run: Any) -> None:
         """``run``: what the data order depends on (kept in the file, checked on resuming)."""
         self.wait()
+        began = time.monotonic()
         payload = checkpoint.state(model, opt, step=step, copy=True, **run)
+        self._copy_s = time.monotonic() - began
         self.thread = threading.Thread(target=self._write, args=(payload,), name="checkpoint")
         self.thread.start()
 
     def _write(self, payload: dict) -> None:
+        began = time.monotonic()
         try:
             if self.path.exists() and self.keep_newest:
                 link = self.path.with_name(f".{previous(self.path).name}.link")
@@ -282,6 +288,7 @@ class Saver:
                 os.replace(link, previous(self.path))
             checkpoint.write(self.path, payload)
             self.keep_newest = True
+            self.seconds = self._copy_s + time.monotonic() - began
         except BaseException as err:
             self.error = err
 
@@ -292,6 +299,31 @@ class Saver:
         if self.error is not None:
             error, self.error = self.error, None
             raise RuntimeError(f"writing the checkpoint {self.path} failed: {error}") from error
+
+
+class GraceCheck:
+    """Warns once when a stop could outlast its grace: after a stop signal up to --check-every
+    steps pass before the ranks see it, then rank 0 copies and writes a checkpoint, all within
+    the seconds torchrun gives its workers after SIGTERM (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, which
+    the job files set from the job's stop_grace_s) before it kills them."""
+
+    def __init__(self, check_every: int) -> None:
+        self.grace = float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+        self.check_every, self.last, self.warned = check_every, None, False
+
+    def __call__(self, saver: Saver) -> str:
+        now, text = time.monotonic(), ""
+        if self.last is not None and saver.seconds and not self.warned:
+            need = now - self.last + saver.seconds
+            if need > 0.8 * self.grace:
+                self.warned = True
+                text = (f"warning: a stop signal may need {need:.0f} s ({self.check_every} steps, then "
+                        f"a checkpoint of {saver.seconds:.0f} s), more than 80% of the {self.grace:.0f} s "
+                        f"torchrun waits before it kills the workers: raise the job's stop_grace_s "
+                        f"(TORCH_ELASTIC_SHUTDOWN_TIMEOUT) or lower --check-every")
+                say(text)
+        self.last = now
+        return text
 
 
 @functools.lru_cache(maxsize=2)
@@ -393,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     flag = torch.zeros(1, dtype=torch.int32, device=device)
     drill = Path(args.drill_marker) if args.drill_marker else None
     node = int(os.environ.get("GROUP_RANK", "0"))
+    grace = GraceCheck(args.check_every)
     for s in range(start, args.steps):
         # the rows and the dropout depend only on (seed, rank, step): a resume draws them again
         mine = rows(args.seed, s, args.global_batch, len(X), rank, per_rank).to(device)
@@ -407,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         # every rank stops after the same step: the ranks ask each other every --check-every
         # steps (every rank asks at the same steps, or the all-reduces would not pair up)
         stopping = (done % args.check_every == 0 or held) and any_rank(flag, stop)
+        if rank == 0 and done % args.check_every == 0:
+            grace(saver)                    # a stop in time for the grace? (a warning if not)
         if rank == 0 and (done % args.every == 0 or done == args.steps or stopping):
             saver.save(model, opt, done, **run)
         if stopping:
