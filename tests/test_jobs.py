@@ -422,7 +422,9 @@ def test_the_trainjob_survives_a_crash_and_a_preemption(tmp_path, reference):
     preempted = small_job(tmp_path / "preempt", "--hold-at", str(AT))
     pods = run_trainjob(preempted, on_line=evict_when_holding(1))
     assert "SIGTERM to pod 1" in pods.events and "every pod recreated" in pods.events, pods.tail()
-    assert "pod 1 was disrupted: no restart counted" in pods.events and pods.restarts == 0
+    # whichever pod the JobSet sees fail first (the evicted one, or one whose workers stopped
+    # with it and exited 75), the restart is free
+    assert any(e.endswith("was disrupted: no restart counted") for e in pods.events) and pods.restarts == 0
     assert f"stopped by a signal after step {AT}" in drill_note(preempted)
     assert resumed(pods.output, AT) and result(preempted)["digest"] == reference, pods.tail()
     assert not leftovers()
