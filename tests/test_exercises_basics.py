@@ -48,3 +48,7 @@ def test_checks_that_watch_calls_leave_torch_and_numpy_as_they_were():
     assert tensors.check_1(tensors.SOLUTIONS[1]).ok
     assert (torch.broadcast_shapes, torch._refs._broadcast_shapes, np.broadcast_shapes,
             np.broadcast) == saved
+    makers = (np.empty, np.zeros, torch._C._infer_size)
+    assert tensors.check_3(tensors.WRONG[3][-1]).status == "wrong"  # np.empty(shape).strides
+    assert tensors.check_1(tensors.WRONG[1][-1]).status == "wrong"  # torch._C._infer_size
+    assert (np.empty, np.zeros, torch._C._infer_size) == makers

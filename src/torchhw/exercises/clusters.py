@@ -53,23 +53,32 @@ def check_2(steps_redone: Callable[[int, int], int]) -> str:
     return "Checkpoint often enough that a crash costs little, rarely enough that saving costs little."
 
 
-def _options(argv: list[str]) -> dict[str, str]:
-    """torchrun's options as {name: value}, accepting --a=b and --a b, dashes or underscores."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "-m" or not arg.startswith("--"):
-            break
-        name, eq, value = arg[2:].partition("=")
-        name = name.replace("_", "-")
-        if not eq:
-            flag = name in ("standalone",)
-            value = "" if flag or i + 1 >= len(argv) else argv[i + 1]
-            i += 0 if flag else 1
-        out[name] = value
-        i += 1
-    return out
+class _Rejected(Exception):
+    pass
+
+
+def _torchrun_parse(argv: list[str]) -> tuple[Any, dict[str, Any]]:
+    """``argv`` read by torchrun's own argument parser: (its namespace, the defaults), or (the
+    parser's error message, the defaults) where torchrun would refuse the command."""
+    import contextlib
+    import io
+
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+
+    def error(message: str) -> None:
+        raise _Rejected(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    defaults = vars(parser.parse_args(["x"]))
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            return parser.parse_args(list(argv)), defaults
+    except _Rejected as err:
+        return str(err), defaults
+    except SystemExit:  # --help and the like
+        return "it stops without running anything", defaults
 
 
 @exercise(3, "a torchrun command for two nodes",
@@ -87,21 +96,27 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
         got = [str(a) for a in command(nnodes, nproc, endpoint, module)]
         if not got or got[0] != "torchrun":
             raise Wrong(f"{call}: the command should start with 'torchrun'.")
-        options = _options(got[1:])
-        if "standalone" in options:
+        parsed, defaults = _torchrun_parse(got[1:])
+        if isinstance(parsed, str):
+            raise Wrong(f"{call}: torchrun rejects this command ({parsed}). Check each option's "
+                        "spelling against torchrun --help.")
+        if parsed.standalone:
             raise Wrong("--standalone makes each node a job of its own: the two nodes would "
                         "never meet.")
         wanted = {"nnodes": str(nnodes), "nproc-per-node": str(nproc), "rdzv-backend": "c10d",
                   "rdzv-endpoint": endpoint}
         for name, value in wanted.items():
-            if options.get(name) != value:
-                given = f", got {options[name]!r}" if name in options else ""
+            attr = name.replace("-", "_")
+            have = str(getattr(parsed, attr))
+            if have != value:
+                given = getattr(parsed, attr) != defaults[attr]
+                shown = f", got {have!r}" if given else ""
                 fixed = (" (take it from the arguments, not a fixed value)"
-                         if name in options and nnodes == 3 else "")
-                raise Wrong(f"{call}: --{name} should be {value}{given}{fixed}.")
-        if not options.get("rdzv-id"):
+                         if given and nnodes == 3 else "")
+                raise Wrong(f"{call}: --{name} should be {value}{shown}{fixed}.")
+        if not parsed.rdzv_id or parsed.rdzv_id == defaults["rdzv_id"]:
             raise Wrong("add --rdzv-id=SOMETHING (not empty): both nodes must name the same job.")
-        if got[-2:] != ["-m", module]:
+        if not parsed.module or parsed.training_script != module or parsed.training_script_args:
             raise Wrong(f"{call}: end with '-m', {module!r}, so torchrun runs the module"
                         + (" (take it from the arguments)." if nnodes == 3 else "."))
     return "torchhw.distributed.agents.torchrun_command builds the same, and the Slurm script uses it."
@@ -185,7 +200,11 @@ WRONG: dict[int, list[Any]] = {
                             "--rdzv-endpoint=node1:29500", "--rdzv-id=job1", "-m", "torchhw.train"],
         lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
                             f"--master-addr={e.split(':')[0]}", f"--master-port={e.split(':')[1]}",
-                            "-m", m]],
+                            "-m", m],
+        # the review's: an option torchrun does not have
+        lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j",
+                            "--rdzv-timout=10", "-m", m]],
     # the hint's warning (rank 0 only reports), and the task's rule (sorted ints)
     4: [lambda r: [0] + _culprits(r), lambda r: _culprits(r)[:1], lambda r: [],
         lambda r: [str(x) for x in _culprits(r)], _culprits_as_found,
@@ -197,7 +216,11 @@ ALSO_RIGHT: dict[int, list[Any]] = {
     2: [lambda crash, every: crash - every * (crash // every)],
     3: [lambda n, p, e, m: ["torchrun", "--nnodes", str(n), "--nproc_per_node", str(p),
                             "--rdzv_backend", "c10d", "--rdzv_endpoint", e, "--rdzv_id", "exp7",
-                            "-m", m]],
+                            "-m", m],
+        # the review's: --module is torchrun's long spelling of -m
+        lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=job",
+                            "--module", m]],
     4: [lambda r: sorted(int(x) for x in re.search(r"Ranks? ([\d, ]+) failed", r).group(1).split(",")),
         lambda r: tuple(sorted(map(int, re.findall(r"\d+", r.split(" failed to pass")[0]
                                                    .rsplit("Rank", 1)[1]))))],

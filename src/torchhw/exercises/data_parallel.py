@@ -67,6 +67,30 @@ class _Net(nn.Module):
         return self.head(self.submodule(x))
 
 
+class _Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embed(x)
+
+
+class _Letters(nn.Module):
+    """Keys that begin with letters of 'module.' ('embed.weight', 'mlp.0.bias') and a child
+    named 'module' itself: they expose lstrip("module."), which strips characters, not a
+    prefix."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 3)
+        self.mlp = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        self.module = _Inner()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x) + self.mlp(self.embed(x))
+
+
 @exercise(2, "load a DataParallel state_dict into a plain model",
           hint="print the keys of both state_dicts: what does DataParallel add to each, and "
                "where? Take away exactly that, nothing more.",
@@ -75,11 +99,20 @@ class _Net(nn.Module):
                "{key.removeprefix('module.'): value for key, value in state.items()} (a plain "
                "replace() also hits 'submodule.').")
 def check_2(strip: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> str:
+    for net in (_Net, _Letters):
+        _check_strip(strip, net)
+    return ("torch also ships this: torch.nn.modules.utils."
+            "consume_prefix_in_state_dict_if_present(state, 'module.'). Better still, save "
+            "model.module.state_dict() in the first place.")
+
+
+def _check_strip(strip: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]],
+                 net: type[nn.Module]) -> None:
     torch.manual_seed(6)
-    wrapped = nn.DataParallel(_Net())
+    wrapped = nn.DataParallel(net())
     state = wrapped.state_dict()
     keys = list(state)
-    plain = _Net()
+    plain = net()
     fixed = strip(state)
     if list(state) != keys:
         raise Wrong("your function changed the state_dict it was given; build a new dict.")
@@ -94,15 +127,18 @@ def check_2(strip: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]])
         raise Wrong("'module.' was removed inside the key too: 'module.submodule.weight' must "
                     "become 'submodule.weight'. Remove the prefix at the start only "
                     "(replace() removes every occurrence).")
+    stripped = [k for k in keys if k.lstrip("module.") != k.removeprefix("module.")]
+    if stripped and all(k.lstrip("module.") in fixed for k in stripped):
+        k = stripped[0]
+        raise Wrong(f"{k!r} became {k.lstrip('module.')!r}: lstrip() removes any of the "
+                    "characters m, o, d, u, l, e and '.', not the prefix 'module.'. Remove "
+                    "exactly the prefix (removeprefix(), or slice off len('module.')).")
     try:
         plain.load_state_dict(fixed)
     except RuntimeError as err:
         raise Wrong(f"load_state_dict(strict=True) still fails: {str(err).splitlines()[-1].strip()}")
     x = torch.randn(5, 4)
     same_tensor(plain(x), wrapped.module(x), "the plain model's output")
-    return ("torch also ships this: torch.nn.modules.utils."
-            "consume_prefix_in_state_dict_if_present(state, 'module.'). Better still, save "
-            "model.module.state_dict() in the first place.")
 
 
 def _python_work(iterations: int) -> int:
@@ -227,7 +263,9 @@ WRONG: dict[int, list[Any]] = {
     2: [lambda state: {k.replace("module.", ""): v for k, v in state.items()},
         lambda state: dict(state),
         lambda state: {k.split(".")[-2] + "." + k.split(".")[-1]: v for k, v in state.items()},
-        _strip_in_place],
+        _strip_in_place,
+        # the review's: lstrip() strips characters, not a prefix
+        lambda sd: {k.lstrip("module."): v for k, v in sd.items()}],
     # a prediction that ignores the GIL, one that never overlaps, one off by a factor, and
     # constants
     3: [lambda r, s, g: s, lambda r, s, g: r * s, lambda r, s, g: s / r,

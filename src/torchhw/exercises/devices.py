@@ -30,16 +30,19 @@ def _copy_seconds(nbytes: int, device: torch.device) -> float:
     return measure(run, label="copy", device=device, min_run_time=0.1).median
 
 
-def _factor(ratio: float) -> str:
-    """What a prediction ``ratio`` times the measurement most likely got wrong, or ''."""
-    for factor, reason in [(1e9, "GB/s means 1e9 bytes per second: divide by gbps * 1e9"),
-                           (1e-9, "GB/s means 1e9 bytes per second: divide by gbps * 1e9, "
-                                  "do not multiply"),
-                           (8, "8 times: nbytes counts bytes, and GB/s is bytes per second, "
-                               "not bits"),
-                           (1e3, "a thousand times: the time is asked in seconds, not "
-                                 "milliseconds")]:
-        if factor / 2 <= ratio <= factor * 2:
+_TRIES = 5
+
+
+def _factor(ratios: list[float]) -> str:
+    """What predictions ``ratios`` times the measurements most likely got wrong, or '': a
+    factor is named only when every try lands near it (8 within 1.5 times either way, the far
+    larger ones within 2), so noise on a busy machine is not taken for a mistake."""
+    for factor, spread, reason in [
+            (1e9, 2, "GB/s means 1e9 bytes per second: divide by gbps * 1e9"),
+            (1e-9, 2, "GB/s means 1e9 bytes per second: divide by gbps * 1e9, do not multiply"),
+            (8, 1.5, "8 times: nbytes counts bytes, and GB/s is bytes per second, not bits"),
+            (1e3, 2, "a thousand times: the time is asked in seconds, not milliseconds")]:
+        if ratios and all(factor / spread <= r <= factor * spread for r in ratios):
             return f" ({reason})"
     return ""
 
@@ -68,7 +71,11 @@ def check_1(predict: Callable[[int, float], float]) -> str:
     device = pick_device("auto")
     what = "host to GPU, pinned" if device.type == "cuda" else "RAM to RAM on the CPU"
     small, large = 32 * MIB, 128 * MIB
-    for attempt in range(3):  # a busy machine can slow a timing down: a near miss is retried
+    # a busy machine slows timings down, by any factor: measure again on every miss and judge
+    # the best of the tries; a mistake is named only when every try misses by its factor
+    ratios: list[float] = []
+    best: tuple[float, str] | None = None
+    for attempt in range(_TRIES):
         gbps = small / _copy_seconds(small, device) / 1e9
         predicted = float(predict(large, gbps))
         if not predicted > 0 or not math.isfinite(predicted):
@@ -76,13 +83,18 @@ def check_1(predict: Callable[[int, float], float]) -> str:
                         f"number of seconds.")
         measured = _copy_seconds(large, device)
         ratio = predicted / measured
+        ratios.append(ratio)
         report = (f"bandwidth measured on 32 MiB ({what}): {gbps:.1f} GB/s; your prediction "
                   f"for 128 MiB: {fmt_time(predicted)}; measured: {fmt_time(measured)}")
-        if 0.5 <= ratio <= 2 or not 0.25 <= ratio <= 4:
+        if best is None or abs(math.log(ratio)) < abs(math.log(best[0])):
+            best = (ratio, report)
+        if 0.5 <= ratio <= 2:
             break
+    ratio, report = best
     if not 0.5 <= ratio <= 2:
-        raise Wrong(f"{report}, {ratio:.3g} times the measurement{_factor(ratio)}; within a "
-                    "factor of 2 passes.")
+        tries = f" (the best of {len(ratios)} measurements)" if len(ratios) > 1 else ""
+        raise Wrong(f"{report}, {ratio:.3g} times the measurement{tries}{_factor(ratios)}; "
+                    "within a factor of 2 passes.")
     return f"{report}. Size over bandwidth predicts a large copy well; small ones add latency."
 
 

@@ -38,17 +38,24 @@ def check_1(linear_params: Callable[..., int]) -> str:
                "order: conv_out(size, kernel, stride=1, padding=0).")
 def check_2(conv_out: Callable[..., int]) -> str:
     for size, k, p, s in [(8, 3, 1, 1), (28, 5, 0, 1), (32, 3, 1, 2), (7, 3, 0, 2), (224, 7, 3, 2)]:
-        call = f"conv_out({size}, {k}, stride={s}, padding={p})"
+        # by position first: the task fixes the order (nn.Conv2d's: kernel, stride, padding)
+        call = f"conv_out({size}, {k}, {s}, {p})"
         try:
-            got = conv_out(size, k, stride=s, padding=p)
-        except TypeError as err:
-            raise Wrong(f"{call} raised TypeError ({err}): name the arguments as nn.Conv2d does, "
-                        f"def conv_out(size, kernel, stride=1, padding=0).") from None
+            got = conv_out(size, k, s, p)
         except ZeroDivisionError:
             raise Wrong(f"{call} divided by zero: with padding={p} that means padding was used "
                         f"as the stride. nn.Conv2d's order is kernel_size, stride, padding; "
                         f"divide by stride, add 2 * padding.") from None
         want = nn.Conv2d(1, 1, k, stride=s, padding=p)(torch.zeros(1, 1, size, size)).shape[-1]
+        if got != want and s != p:
+            try:
+                swapped = conv_out(size, k, p, s)
+            except Exception:
+                swapped = None
+            if swapped == want:
+                raise Wrong(f"{call} = {got}, expected {want}: your function takes padding "
+                            f"before stride. nn.Conv2d's order is kernel_size, stride, padding: "
+                            f"def conv_out(size, kernel, stride=1, padding=0).")
         if isinstance(got, float) and got != int(got) and math.floor(got) == want:
             raise Wrong(f"{call} = {got}: a kernel position either fits or it does not, so "
                         "round the division down (//).")
@@ -62,6 +69,14 @@ def check_2(conv_out: Callable[..., int]) -> str:
             ((size - k) // s + 1, "the padding is left out"),
             (-(-(size + 2 * p - k) // s) + 1, "rounded up: a position only counts when the "
                                               "whole kernel fits, so round down")))
+        # and by name, as nn.Conv2d's keywords are written
+        named = f"conv_out({size}, {k}, stride={s}, padding={p})"
+        try:
+            by_name = conv_out(size, k, stride=s, padding=p)
+        except TypeError as err:
+            raise Wrong(f"{named} raised TypeError ({err}): name the arguments as nn.Conv2d "
+                        f"does, def conv_out(size, kernel, stride=1, padding=0).") from None
+        equal(by_name, want, named)
     return "The same formula gives the size after pooling (padding 0, stride = kernel)."
 
 
@@ -72,18 +87,28 @@ def _example_model() -> nn.Module:
     return model
 
 
-@exercise(3, "counting what will be trained",
-          hint="an optimizer updates parameters whose gradients autograd computes. Which "
-               "attribute of a parameter says so, and are buffers parameters?",
-          more="iterate over model.parameters() and add p.numel() for those with "
-               "p.requires_grad. Buffers (batch-norm statistics) are not parameters, and "
-               "numel() counts the numbers a tensor holds (len() only its first dimension).")
-def check_3(count_trainable: Callable[[nn.Module], int]) -> str:
-    model = _example_model()
+def _frozen_models() -> list[nn.Module]:
+    """The example, then models frozen elsewhere: an answer must read requires_grad, not
+    skip the places the first model happens to freeze."""
+    torch.manual_seed(3)
+    last = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 4), nn.Linear(4, 2))
+    for p in last[3].parameters():  # the head frozen, the body trained
+        p.requires_grad_(False)
+    middle = nn.Sequential(nn.Linear(3, 7), nn.BatchNorm1d(7), nn.Linear(7, 5), nn.ReLU(),
+                           nn.Linear(5, 2))
+    middle[2].weight.requires_grad_(False)  # only a weight frozen, its bias trained
+    middle[1].requires_grad_(False)
+    return [_example_model(), last, middle,
+            nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 3))]  # nothing frozen
+
+
+def _check_count(count_trainable: Callable[[nn.Module], int], model: nn.Module) -> None:
     want = sum(p.numel() for p in model.parameters() if p.requires_grad)
     got = count_trainable(model)
     if got != want:
         trainable = [p for p in model.parameters() if p.requires_grad]
+        frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+        where = ", ".join(frozen) if frozen else "nothing"
         extra = why(got, want,
                     (sum(p.numel() for p in model.parameters()), "that counts the frozen layer "
                                                                  "too"),
@@ -96,7 +121,26 @@ def check_3(count_trainable: Callable[[nn.Module], int]) -> str:
                                      "numel()"),
                     (sum(len(p) for p in trainable), "len() is a tensor's first dimension; "
                                                      "numel() counts all its numbers"))
-        raise Wrong(f"count_trainable gave {got}, expected {want}{extra}.")
+        if not extra:
+            extra = (f" (in this model the frozen parameters are: {where}; ask each parameter "
+                     "whether it requires_grad rather than skipping fixed positions)")
+        raise Wrong(f"count_trainable gave {got} for {_describe(model)}, expected "
+                    f"{want}{extra}.")
+
+
+def _describe(model: nn.Module) -> str:
+    return "Sequential(" + ", ".join(type(m).__name__ for m in model.children()) + ")"
+
+
+@exercise(3, "counting what will be trained",
+          hint="an optimizer updates parameters whose gradients autograd computes. Which "
+               "attribute of a parameter says so, and are buffers parameters?",
+          more="iterate over model.parameters() and add p.numel() for those with "
+               "p.requires_grad. Buffers (batch-norm statistics) are not parameters, and "
+               "numel() counts the numbers a tensor holds (len() only its first dimension).")
+def check_3(count_trainable: Callable[[nn.Module], int]) -> str:
+    for model in _frozen_models():
+        _check_count(count_trainable, model)
     return "torchhw.models.count_parameters does the same."
 
 
@@ -128,6 +172,16 @@ class _NoLastReLU(_Stack):  # a ReLU between the layers, none after the last
             x = layer(x)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
+        return x
+
+
+class _BareParameters(nn.Module):  # the review's: the right size, no Linear, no work done
+    def __init__(self, depth: int, width: int) -> None:
+        super().__init__()
+        self.params = nn.ParameterList(nn.Parameter(torch.zeros(n))
+                                       for _ in range(depth) for n in (width * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
 
@@ -168,6 +222,10 @@ def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
             else:
                 extra = ""
             raise Wrong(f"{call}.parameters() holds {got} numbers, expected {want}.{extra}")
+        if not layers:
+            raise Wrong(f"{call} holds the right number of parameters but no nn.Linear "
+                        f"layers ({type(model).__name__}): the task asks for {depth} "
+                        f"Linear({width}, {width}) layers, each followed by a ReLU.")
         x = torch.randn(6, width, generator=torch.Generator().manual_seed(width))
         try:
             out = model(x)
@@ -217,16 +275,22 @@ WRONG: dict[int, list[Any]] = {
         # the old argument order, (padding, stride), filled in by position: divides by padding
         lambda n, k, stride=1, padding=0: (n + 2 * stride - k) // padding + 1,
         lambda n, k, s=1, p=0: (n + 2 * p - k) // s + 1,            # names unlike Conv2d's
-        lambda n, k, stride=1, padding=0: (n + 2 * padding - k) / stride + 1],
+        lambda n, k, stride=1, padding=0: (n + 2 * padding - k) / stride + 1,
+        # the review's: right by keyword, but padding before stride
+        lambda size, kernel, padding=0, stride=1: (size + 2 * padding - kernel) // stride + 1,
+        lambda size, kernel, padding=0, stride=1: (size + 2 * padding - kernel) // max(stride, 1) + 1],
     # the hint's warnings: frozen parameters, buffers; and the rule: only what is trained
     3: [lambda m: sum(p.numel() for p in m.parameters()),
         lambda m: sum(t.numel() for t in m.state_dict().values()),
-        lambda m: len([p for p in m.parameters() if p.requires_grad])],
+        lambda m: len([p for p in m.parameters() if p.requires_grad]),
+        # the review's: right for the first model only, by skipping where it is frozen
+        lambda m: sum(p.numel() for p in list(m.parameters())[2:]),
+        lambda m: sum(p.numel() for c in list(m.children())[1:] for p in c.parameters())],
     # the hint's warning (a plain list), the task's rule (a ReLU after each layer), a
     # ModuleList with no forward, and one layer repeated
     4: [_Hidden, lambda depth, width: nn.Sequential(*[nn.Linear(width, width)] * depth),
         lambda depth, width: nn.ModuleList(nn.Linear(width, width) for _ in range(depth)),
-        _NoReLU, _NoLastReLU],
+        _NoReLU, _NoLastReLU, _BareParameters],
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {

@@ -189,7 +189,20 @@ _CURVES = [([1.0, 0.8, 0.7, 0.75, 0.9, 1.0, 1.2], 2),   # turns at epoch 3: stop
            ([1.0, 0.8, 0.7, 0.75, 0.9, 1.0, 1.2], 3),
            ([1.0, 0.9, 0.9, 0.9, 0.8, 0.85, 0.9], 2),    # equal is no improvement
            ([1.0, 0.9, 0.8, 0.7], 2),                    # never stops
-           ([0.5, 0.6, 0.4, 0.45, 0.5, 0.3, 0.35], 3)]   # the count restarts at each new best
+           ([0.5, 0.6, 0.4, 0.45, 0.5, 0.3, 0.35], 3),   # the count restarts at each new best
+           ([1.0, 0.5, 0.9, 0.8, 0.7, 0.6, 0.55], 2),    # falls again, but never below 0.5
+           ([1.0, 0.6, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65], 3)]
+
+
+def _stop_vs_previous(val_losses: list[float], patience: int) -> int:
+    """A typical wrong version: an epoch counts as an improvement when it beats the epoch
+    before it, not the lowest loss so far."""
+    bad = 0
+    for i in range(1, len(val_losses)):
+        bad = 0 if val_losses[i] < val_losses[i - 1] else bad + 1
+        if bad == patience:
+            return i + 1
+    return len(val_losses)
 
 
 @exercise(4, "early stopping",
@@ -211,6 +224,9 @@ def check_4(stop_epoch: Callable[[list[float], int], int]) -> str:
                          "the count"),
                         (_stop_epoch(losses, patience, reset=False),
                          "the count starts again at 0 at every new lowest loss"),
+                        (_stop_vs_previous(losses, patience),
+                         "an epoch improves only when it beats the lowest loss so far, not the "
+                         "epoch before it"),
                         (_best_epoch(losses, patience), "that is the best epoch; the run stops "
                                                         "patience epochs after it"),
                         (None, "a run that never runs out of patience stops at its last "
@@ -279,7 +295,8 @@ WRONG: dict[int, list[Any]] = {
         lambda losses, patience: _stop_epoch([x - 1e-9 * i for i, x in enumerate(losses)], patience),
         lambda losses, patience: _stop_epoch(losses, patience, strict=False),
         lambda losses, patience: _stop_epoch(losses, patience, reset=False),
-        lambda losses, patience: _stop_epoch(losses, patience) - 1],
+        lambda losses, patience: _stop_epoch(losses, patience) - 1,
+        _stop_vs_previous],                                                 # the review's
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {

@@ -47,8 +47,21 @@ def _shape_calls() -> Any:
     inner function is looked up at call time) and NumPy's, and tensors made to broadcast."""
     return watching((torch, "broadcast_shapes", "torch.broadcast_shapes"),
                     (torch._refs, "_broadcast_shapes", "torch.broadcast_shapes"),
+                    (torch._C, "_infer_size", "torch._C._infer_size"),
                     (np, "broadcast_shapes", "numpy.broadcast_shapes"),
-                    (np, "broadcast", "numpy.broadcast"))
+                    (np, "broadcast", "numpy.broadcast"),
+                    *_array_makers())
+
+
+# NumPy's ways to make an array of a given shape: an answer that makes one has NumPy do the
+# work (its broadcasting, its strides) as a tensor would
+_NUMPY_MAKERS = ("empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
+                 "full_like", "broadcast_to", "broadcast_arrays", "ndindex")
+
+
+def _array_makers() -> list[tuple[Any, str, str]]:
+    return [(np, name, f"numpy.{name} (a NumPy array)") for name in _NUMPY_MAKERS
+            if hasattr(np, name)]
 
 
 @exercise(1, "the broadcasting rule",
@@ -72,7 +85,7 @@ def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
                     "torch tensors (" + ", ".join(named or ["torch"]) + ")")
             raise Wrong(f"broadcast_shape({a}, {b}) lets {used} work the shape out: the "
                         "exercise is to apply the rule yourself, from the sizes alone, without "
-                        "making tensors.")
+                        "NumPy's broadcasting and without making tensors or arrays.")
         if failed is not None:
             raise failed
         return got
@@ -183,8 +196,18 @@ def _contiguous_strides(shape: tuple) -> tuple:
                "sizes after it. So (2, 3, 4) has strides (12, 4, 1).")
 def check_3(contiguous_strides: Callable[[tuple], tuple]) -> str:
     for shape in [(2, 3, 4), (5,), (3, 1, 2), (6, 7)]:
-        with TorchCalls() as ops:
-            got = contiguous_strides(shape)
+        with watching(*_array_makers()) as seen, TorchCalls() as ops:
+            try:
+                got = contiguous_strides(shape)
+            except Exception as err:  # looked at once the calls are known
+                got = err
+        if seen.used:
+            raise Wrong(f"contiguous_strides({shape}) makes an array with {seen.used[0]}: the "
+                        "task is to work the strides out from the shape, without creating a "
+                        "tensor (nor a NumPy array, whose strides are the same thing in "
+                        "bytes).")
+        if isinstance(got, Exception):
+            raise got
         if ops.calls:
             raise Wrong(f"contiguous_strides({shape}) calls torch ({', '.join(sorted(ops.names))}): "
                         "the task is to work the strides out from the shape, without creating "
@@ -267,7 +290,10 @@ WRONG: dict[int, list[Any]] = {
         _broadcast_shape_by_torch,                # the task's rule: not torch.broadcast_shapes
         lambda a, b: tuple(np.broadcast_shapes(a, b)),
         _broadcast_shape_by_tensors,
-        _broadcast_shape_runtime_error],
+        _broadcast_shape_runtime_error,
+        # the review's: NumPy arrays broadcast for you, and torch's inner helper
+        lambda a, b: (np.empty(a) + np.empty(b)).shape,
+        lambda a, b: tuple(torch._C._infer_size(a, b))],
     2: [lambda X, Y: ((X - Y) ** 2).sum(-1),      # the hint's point: no new axes
         lambda X, Y: torch.cdist(X, Y),
         lambda X, Y: torch.cdist(X, Y) ** 2,      # the checker's own reference
@@ -275,7 +301,8 @@ WRONG: dict[int, list[Any]] = {
         _sq_dists_loop_over_features],            # the task's rule: no loop, over d either
     3: [lambda s: tuple(reversed(_contiguous_strides(s))), lambda s: (1,) * len(s),
         lambda s: tuple(torch.empty(s).stride()),  # the task's rule: without a tensor
-        lambda s: tuple(4 * x for x in _contiguous_strides(s))],
+        lambda s: tuple(4 * x for x in _contiguous_strides(s)),
+        lambda s: tuple(x // 8 for x in np.empty(s).strides)],  # the review's: a NumPy array
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {
