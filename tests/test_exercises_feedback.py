@@ -14,9 +14,10 @@ from torchhw.exercises import MODULES
 # only "expected something else". None marks an answer with no one mistake to name (nonsense,
 # or nothing at all), whose feedback still shows what it got and what was expected.
 NAMED = {
-    ("hardware_tour", 1): ["two FLOP", "divides by it", "divide by 1e9"],
+    ("hardware_tour", 1): ["two FLOP", "divides by it", "divide by 1e9", "k - 1 additions"],
     ("hardware_tour", 2): ["multiply-add one FLOP or two", "bytes_per_element", "C is written"],
-    ("hardware_tour", 3): ["larger of the two roofs", "memory roof alone", "larger of the two"],
+    ("hardware_tour", 3): ["larger of the two roofs", "memory roof alone", "compute peak alone",
+                           "needs no factor"],
     ("tensors", 1): ["missing sizes count as 1", None, "not the larger", "from the left",
                      "torch.broadcast_shapes", "numpy.broadcast_shapes", "making tensors",
                      "raise ValueError", "NumPy's broadcasting", "torch._C._infer_size"],

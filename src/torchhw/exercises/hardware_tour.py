@@ -19,6 +19,9 @@ def check_1(gflops: Callable[[int, int, int, float], float]) -> str:
         got = gflops(m, k, n, seconds)
         close(got, want, f"gflops({m}, {k}, {n}, {seconds})", extra=why(
             got, want,
+            (m * n * (2 * k - 1) / seconds / 1e9, "that counts the k - 1 additions of a dot product "
+             "exactly; rates and peaks are quoted counting each multiply-add as 2 FLOP, 2*m*k*n, "
+             "and so does this course"),
             (want / 2, "half the answer: a multiply-add is two FLOP, a multiply and an add"),
             (want * 1e9, "that is FLOP/s: divide by 1e9 for GFLOP/s"),
             (2 * m * k * n * seconds / 1e9, "multiplied by the time: a rate divides by it"),
@@ -53,18 +56,36 @@ def check_2(intensity: Callable[[int, int], float]) -> str:
                "feed it: intensity (FLOP/byte) x bandwidth (GB/s). Take the smaller: "
                "min(peak, intensity * bandwidth).")
 def check_3(attainable: Callable[[float, float, float], float]) -> str:
-    for intensity, peak, bw in [(0.083, 190, 20), (170, 190, 20), (9.5, 190, 20), (2, 1e6, 3e3)]:
-        want = min(peak, intensity * bw)
-        got = attainable(intensity, peak, bw)
-        close(got, want, f"attainable({intensity}, {peak}, {bw})", extra=why(
-            got, want,
-            (intensity * bw, "the memory roof alone: no kernel beats the compute peak"),
-            (max(peak, intensity * bw), "the larger of the two roofs: a kernel is held back by "
-                                        "the smaller"),
-            (peak, "the compute peak alone: at low intensity memory cannot feed it"),
-            (min(peak, intensity / bw), "FLOP/byte times bytes/s gives FLOP/s: multiply by "
-                                        "the bandwidth")))
+    cases = [(0.083, 190, 20), (170, 190, 20), (9.5, 190, 20), (2, 1e6, 3e3), (2, 1e15, 3e3)]
+    answers = [attainable(*case) for case in cases]
+    mistakes = {  # judged over every case at once: one case alone cannot tell some of them apart
+        "the compute peak alone: at low intensity memory cannot feed it":
+            lambda i, p, b: p,
+        "the memory roof alone: no kernel beats the compute peak":
+            lambda i, p, b: i * b,
+        "the larger of the two roofs: a kernel is held back by the smaller":
+            lambda i, p, b: max(p, i * b),
+        "GB/s and GFLOP/s already carry the 1e9: intensity x bandwidth needs no factor":
+            lambda i, p, b: min(p, i * b * 1e9),
+        "FLOP/byte times bytes/s gives FLOP/s: multiply by the bandwidth":
+            lambda i, p, b: min(p, i / b),
+    }
+    wrong_at = [k for k, (case, got) in enumerate(zip(cases, answers))
+                if not _close_enough(got, min(case[1], case[0] * case[2]))]
+    if wrong_at:
+        named = next((reason for reason, f in mistakes.items()
+                      if all(_close_enough(got, f(*case)) for case, got in zip(cases, answers))), "")
+        case = cases[wrong_at[0]]
+        close(answers[wrong_at[0]], min(case[1], case[0] * case[2]), f"attainable{case}",
+              extra=f" ({named})" if named else "")
     return "Left of the ridge an op waits for memory; right of it, for arithmetic."
+
+
+def _close_enough(got: Any, want: float) -> bool:
+    try:
+        return abs(float(got) - want) <= 1e-3 * abs(want)
+    except (TypeError, ValueError):
+        return False
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}
@@ -79,12 +100,14 @@ SOLUTIONS: dict[int, Any] = {
 WRONG: dict[int, list[Any]] = {
     # the hint's warning: a multiply-add is two FLOP; then units and the rate upside down
     1: [lambda m, k, n, s: m * k * n / s / 1e9, lambda m, k, n, s: 2 * m * k * n * s / 1e9,
-        lambda m, k, n, s: 2 * m * k * n / s],
+        lambda m, k, n, s: 2 * m * k * n / s,
+        lambda m, k, n, s: m * n * (2 * k - 1) / s / 1e9],    # exact, not the convention
     # the task's rule (A, B and C each cross once) broken by counting only the inputs
     2: [lambda n, b: n**3 / (3 * n * n * b), lambda n, b: 2 * n**3 / (3 * n * n),
         lambda n, b: 2 * n**3 / (2 * n * n * b)],
     # the hint's warning: the smaller roof, not the larger
-    3: [lambda i, p, b: max(p, i * b), lambda i, p, b: i * b, lambda i, p, b: p],
+    3: [lambda i, p, b: max(p, i * b), lambda i, p, b: i * b, lambda i, p, b: p,
+        lambda i, p, b: min(p, i * b * 1e9)],                   # a unit slip: GB/s as B/s
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {
