@@ -93,7 +93,7 @@ def test_pytorchjob_validates_against_the_operator_models(job):
     spec = manifest["spec"]
     assert spec["elasticPolicy"]["rdzvBackend"] == "c10d"
     assert spec["elasticPolicy"]["minReplicas"] == spec["elasticPolicy"]["maxReplicas"] == job.nodes
-    assert spec["runPolicy"]["backoffLimit"] == job.max_restarts
+    assert spec["runPolicy"]["backoffLimit"] == job.max_restarts + 1  # the operator fails at >=
     pod = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -283,6 +283,31 @@ def test_the_slurm_script_survives_a_crash(tmp_path, reference):
     assert not leftovers()
 
 
+def test_a_notice_while_the_workers_start_still_requeues(tmp_path):
+    """USR1 as soon as the step runs, before the workers train (or even exist): whether they
+    catch it and save at their first check, or torchrun ends before they could, the job goes
+    back in the queue, to resume from what was saved."""
+    job = small_job(tmp_path)
+    script = tmp_path / "small.sbatch"
+    script.write_text(jobs.slurm_script(job))
+    job_id = 10000 + free_port() % 20000
+    batch = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=slurm_env(tmp_path, job_id),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "logs" / str(job_id)).glob("node*.out")):
+            assert batch.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        batch.send_signal(signal.SIGUSR1)
+        out, _ = batch.communicate(timeout=120)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert batch.returncode == 0 and "requeueing" in out, (out + node_logs(tmp_path, job_id))[-3000:]
+    assert (tmp_path / "requeued").read_text().split() == [str(job_id)]
+    assert not leftovers()
+
+
 @pytest.mark.parametrize("stop", ["notice", "preemption"])
 def test_the_slurm_notice_ends_in_a_checkpoint_a_requeue_and_an_exact_resume(tmp_path, reference, stop):
     """The notice, USR1 to the batch script (--signal=B:USR1@...): the trap stops the step with
@@ -356,7 +381,8 @@ def run_pytorchjob(job: jobs.Job, on_line=None) -> Pods:
                      timeout=timedelta(seconds=240))
     env.update(jobs.operator_env(job, f"127.0.0.1:{port}"))
     pods = Pods([command] * worker["replicas"], [env] * worker["replicas"], restart="pod",
-                max_restarts=manifest["spec"]["runPolicy"]["backoffLimit"], on_line=on_line)
+                # the operator's PastBackoffLimit: failed once the restarts reach backoffLimit
+                max_restarts=manifest["spec"]["runPolicy"]["backoffLimit"] - 1, on_line=on_line)
     try:
         pods.run(timeout=240)
     finally:

@@ -274,12 +274,18 @@ def slurm_script(job: Job) -> str:
         f"stopped={_shell_word(job.stop_marker)}  # the workers write it once they have saved on a stop signal",
         'export TRAIN_STOP_MARKER="$stopped"     # where: the course\'s train.py reads it',
         'rm -f "$stopped"',
+        "noticed=\"\"  # set by the notice: near the time limit, an unfinished run is requeued anyway",
         "finish() {  # after the step: requeue a stopped run, else end with the step's status",
         '  if [ "$1" != 0 ]; then  # rank 0 may have written the marker on another node: on a network',
         '    for _ in 1 2 3 4 5 6; do  # file system it can take seconds to show here, so look again',
         '      [ -e "$stopped" ] && break',
         '      ls "$(dirname "$stopped")" > /dev/null 2>&1; sleep 5',
         "    done",
+        "  fi",
+        '  if [ ! -e "$stopped" ] && [ -n "$noticed" ] && [ "$1" != 0 ]; then',
+        '    # the workers were stopped before they could save (starting, restarting, a save too',
+        '    # slow for the grace): requeue, to resume from the last periodic checkpoint',
+        '    echo "stopped by the notice, without a new checkpoint" > "$stopped"',
         "  fi",
         '  if [ -e "$stopped" ]; then',
         '    echo "$(date +%T) $(cat "$stopped"): requeueing"',
@@ -292,6 +298,7 @@ def slurm_script(job: Job) -> str:
         "# shellcheck disable=SC2329  # run by the trap below",
         "notice() {",
         '  echo "$(date +%T) time limit near: stopping the workers with a checkpoint"',
+        '  noticed=1',
         '  [ -n "$srun_pid" ] || exit 1',
         '  scancel --signal=TERM "$SLURM_JOB_ID" || true',
         '  status=0; wait "$srun_pid" || status=$?',
@@ -342,7 +349,8 @@ def _env(job: Job) -> list[dict[str, str]]:
             {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(job.stop_grace_s)},
             # NCCL's flight recorder writes its dumps here, not to the pod's own /tmp
             {"name": "TORCH_FR_DUMP_TEMP_FILE",
-             "value": f"{job.shared_dir}/logs/{job.name}/nccl_trace_rank_"}]
+             "value": f"{job.shared_dir}/logs/{job.name}/nccl_trace_rank_"},
+            {"name": "TORCH_NCCL_DUMP_ON_TIMEOUT", "value": "1"}]
 
 
 def _resources(job: Job) -> dict[str, Any]:
@@ -402,7 +410,9 @@ def pytorchjob(job: Job) -> dict[str, Any]:
                               "maxReplicas": job.nodes, "maxRestarts": job.max_restarts,
                               "rdzvConf": [{"key": k, "value": v} for k, v in RDZV_CONF.items()]},
             "nprocPerNode": str(job.procs_per_node),
-            "runPolicy": {"backoffLimit": job.max_restarts, "cleanPodPolicy": "Running",
+            # the operator fails the job once the pods' restarts reach backoffLimit (>=, in its
+            # PastBackoffLimit), so max_restarts restarts need one more
+            "runPolicy": {"backoffLimit": job.max_restarts + 1, "cleanPodPolicy": "Running",
                           **_deadline(job),
                           "schedulingPolicy": {"minAvailable": job.nodes,
                                                "scheduleTimeoutSeconds": 600}},

@@ -37,13 +37,21 @@ stop signal, so that a test can deliver a notice at a known moment.
 
 from __future__ import annotations
 
+import signal
+
+# Run as a program, catch a stop signal from the very start: torchrun may pass one on while this
+# process is still importing torch or joining its process group (a preemption during a start or
+# a restart), and the default action would end it before it could save anything.
+_EARLY_STOP: list[int] = []
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda signum, frame: _EARLY_STOP.append(signum))
+
 import argparse
 import functools
 import hashlib
 import json
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -130,7 +138,7 @@ class StopFlag:
     """
 
     def __init__(self) -> None:
-        self.signal: int | None = None
+        self.signal: int | None = _EARLY_STOP[0] if _EARLY_STOP else None  # one before main()
         signal.signal(signal.SIGTERM, self._set)
 
     def _set(self, signum: int, frame: object) -> None:
