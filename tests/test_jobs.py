@@ -178,6 +178,13 @@ def test_bad_jobs_are_refused():
         jobs.Job("x", time_limit="04:00:00", deadline_s=3600)
 
 
+def test_the_manifests_say_what_network_they_leave_to_the_cluster(job):
+    for text in (jobs.pytorchjob_yaml(job), jobs.trainjob_yaml(job)):
+        head = text.split("\n\n")[0]
+        assert text.startswith("# Network:") and "IPC_LOCK" in head and "NCCL_IB_HCA" in head
+        assert all(d for d in yaml.safe_load_all(text))   # comments only: the documents load as before
+
+
 def test_a_kubernetes_deadline_only_when_asked_and_a_patient_rendezvous():
     """activeDeadlineSeconds counts queueing and ends a job for good: only when asked for.
     The PyTorchJob's pods wait up to 10 minutes for worker-0's rendezvous store."""

@@ -454,9 +454,27 @@ def operator_env(job: Job, rdzv_endpoint: str) -> dict[str, str]:
             "PET_RDZV_CONF": ",".join(f"{k}={v}" for k, v in RDZV_CONF.items())}
 
 
+# What the manifests leave to the cluster, said at the top of each file: without it NCCL
+# falls back, silently, to TCP over the pod network, many times slower between nodes.
+_K8S_NETWORK = [
+    "# Network: this file asks for no fast interconnect. Without one, NCCL talks TCP over the",
+    "# pod network, silently and many times slower between nodes. Ask your cluster's",
+    "# documentation what to add to the container, typically:",
+    "#   resources.limits: the RDMA devices (e.g. rdma/ib: 1, or the name its device plugin uses)",
+    "#   securityContext.capabilities.add: [IPC_LOCK]  (NCCL pins memory for RDMA)",
+    "#   env: NCCL_IB_HCA, NCCL_SOCKET_IFNAME, and NCCL_DEBUG=INFO once to see what NCCL chose",
+    "# and, for a job that must survive losing the first pod, a rendezvous host outside the job.",
+]
+
+
+def _with_network_note(text: str) -> str:
+    return "\n".join(_K8S_NETWORK) + "\n" + text
+
+
 def pytorchjob_yaml(job: Job) -> str:
-    """The PyTorchJob manifest as YAML, ready for ``kubectl apply -f``."""
-    return yaml.safe_dump(pytorchjob(job), sort_keys=False)
+    """The PyTorchJob manifest as YAML, ready for ``kubectl apply -f`` (with a comment at the
+    top on the network settings it leaves to the cluster)."""
+    return _with_network_note(yaml.safe_dump(pytorchjob(job), sort_keys=False))
 
 
 def training_runtime(job: Job) -> dict[str, Any]:
@@ -554,7 +572,7 @@ def trainer_env(job: Job, node_rank: int, master_addr: str,
 
 def trainjob_yaml(job: Job) -> str:
     """The TrainingRuntime and the TrainJob, one YAML file: ``kubectl apply -f`` it."""
-    return yaml.safe_dump_all([training_runtime(job), trainjob(job)], sort_keys=False)
+    return _with_network_note(yaml.safe_dump_all([training_runtime(job), trainjob(job)], sort_keys=False))
 
 
 def write_job(job: Job, folder: str | Path) -> dict[str, Path]:
