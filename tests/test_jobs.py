@@ -290,16 +290,23 @@ def test_the_slurm_script_survives_a_crash(tmp_path, reference):
     assert not leftovers()
 
 
+def start_batch(folder: Path, job: jobs.Job) -> tuple[Path, int, subprocess.Popen]:
+    """The job's sbatch script, written to ``folder`` and started under the stand-ins as Slurm
+    would start it, in the background: the script's path, its job id and the process."""
+    script = folder / "small.sbatch"
+    script.write_text(jobs.slurm_script(job))
+    job_id = 10000 + free_port() % 20000
+    batch = subprocess.Popen(["bash", str(script)], cwd=folder, env=slurm_env(folder, job_id),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return script, job_id, batch
+
+
 def test_a_notice_while_the_workers_start_still_requeues(tmp_path):
     """USR1 as soon as the step runs, before the workers train (or even exist): whether they
     catch it and save at their first check, or torchrun ends before they could, the job goes
     back in the queue, to resume from what was saved."""
     job = small_job(tmp_path)
-    script = tmp_path / "small.sbatch"
-    script.write_text(jobs.slurm_script(job))
-    job_id = 10000 + free_port() % 20000
-    batch = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=slurm_env(tmp_path, job_id),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    script, job_id, batch = start_batch(tmp_path, job)
     try:
         deadline = time.monotonic() + 60
         while not list((tmp_path / "logs" / str(job_id)).glob("node*.out")):
@@ -322,11 +329,7 @@ def test_the_slurm_notice_ends_in_a_checkpoint_a_requeue_and_an_exact_resume(tmp
     workers save the step they finished, write the stop marker and exit, and the script
     requeues the job; the requeued run resumes from that step with the fault-free weights."""
     job = small_job(tmp_path, "--hold-at", str(AT))
-    script = tmp_path / "small.sbatch"
-    script.write_text(jobs.slurm_script(job))
-    job_id = 10000 + free_port() % 20000
-    batch = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=slurm_env(tmp_path, job_id),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    script, job_id, batch = start_batch(tmp_path, job)
     try:
         deadline = time.monotonic() + 180
         while f"holding after step {AT}" not in node_logs(tmp_path, job_id):
