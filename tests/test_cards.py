@@ -1,15 +1,25 @@
-"""Report cards: built from a hardware report and a tuning result, saved under a dated name,
-read back, refused when they are not cards, and compared as a table, reasons and a plot."""
+"""Report cards: built from a hardware survey, checked against their schema and for plausibility
+when written and read, upgraded from version 1, compared by the hardware of each device kind,
+found in run folders, and gathered into a results page.
 
+Cards of other machines (a GPU, an Apple Mac) are made by editing this machine's card, so every
+kind of comparison is tested here without that hardware.
+"""
+
+import copy
 import json
+from pathlib import Path
 
 import matplotlib
 import pytest
 
-from torchhw import cards, hardware
+from torchhw import cards, clock, hardware
 from torchhw.__main__ import main
+from torchhw.course import results
 
 matplotlib.use("Agg")
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reference" / "cards"
 
 TUNING = {
     "recommended": {"channels_last": True}, "recommended_trial": "channels_last=True",
@@ -20,33 +30,71 @@ TUNING = {
 }
 
 
-def card(created="2026-11-30", **changes):
-    report = hardware.survey(probe_gpus=False)
-    c = cards.build(report, device="cpu", peaks={"fp32_gflops": 100.0},
+@pytest.fixture(scope="module")
+def report():
+    survey = hardware.survey(probe_gpus=False, measure_clock=False)
+    survey.clock = clock.Clock(3.0, "measured", "a test's clock", 3.1, 2)
+    return survey
+
+
+def card(report, created="2026-11-30", peak_clock="measured", **changes):
+    from torchhw import peak
+
+    ghz = clock.Clock(3.0, peak_clock, "a test's clock")
+    p = peak.Peak("float32", 100.0, "2 cores x 16 FLOP/cycle x 3.00 GHz", 2, 16.0, ghz)
+    c = cards.build(report, device="cpu", peaks={"fp32_gflops": p},
                     measured={"fp32_gflops": 90.0, "bandwidth_gbps": 20.0}, tuning=TUNING,
                     capstone={"throughput": 1000.0, "accuracy": 0.95, "gain": 1.3},
-                    created=created)
+                    best={"float32": {"gflops": 95.0, "shape": [512, 512, 512], "shapes_tried": 9}},
+                    method={"by": "a test", "busy": 0.01}, created=created)
     for key, value in changes.items():
         section, item = key.split("__")
         c[section][item] = value
+    c["findings"] = cards.findings(c)
     return c
 
 
-def test_build_save_load_round_trip(tmp_path):
-    c = card()
+def gpu_card(report, name="NVIDIA A100", cc="8.0", sms=108, gbps=1555.0, memory=40.0, **rates):
+    c = card(report)
+    c["device"], c["kind"] = f"cuda:0 ({name}, {memory:.0f} GiB, sm {cc})", "cuda"
+    c["machine"]["gpus"] = [{"name": name, "memory_gib": memory, "compute_capability": cc,
+                             "sm_count": sms, "memory_gbps": gbps}]
+    c["peak"] = {"bandwidth_gbps": gbps}
+    c["peak_basis"] = {}
+    c["measured"] = {"fp32_gflops": rates.get("fp32", 19000.0), "bandwidth_gbps": rates.get("bw", 1300.0)}
+    c["best"] = {}
+    c["findings"] = cards.findings(c)
+    return c
+
+
+def test_build_save_load_round_trip(report, tmp_path):
+    c = card(report)
+    assert c["version"] == 2 and c["kind"] == "cpu"
     assert c["tuning"]["knob_gains"] == {"channels_last=True": 1.3, "tf32=True": None}
+    assert c["peak_basis"]["fp32_gflops"].startswith("2 cores") and c["peak_clock"]["kind"] == "measured"
+    assert c["machine"]["clock"]["ghz"] == 3.0 and c["findings"] == []
+    assert cards.schema_errors(c) == []
     path = cards.save(c, tmp_path)
     assert path.name.startswith("2026-11-30_") and path.suffix == ".json"
     assert " " not in path.name and "(" not in path.name
     back = cards.load(path)
     assert back["machine"] == c["machine"] and back["capstone"] == c["capstone"]
+    assert back["path"] == str(path)
+
+
+def test_a_card_without_tuning_or_capstone_is_valid(report, tmp_path):
+    c = card(report)
+    c["tuning"] = c["capstone"] = None
+    assert cards.load(cards.save(c, tmp_path))["tuning"] is None
+    text = str(cards.compare(card(report), c))
+    assert "knob gain" in text  # A's gains still shown, B's as '-'
 
 
 def test_slug():
     assert cards.slug("Intel(R) Xeon(R) Processor, 2 cores") == "intel-xeon-processor-2-cores"
 
 
-def test_load_refuses_what_is_not_a_card(tmp_path):
+def test_load_refuses_what_is_not_a_card(report, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"version": 1}))
     with pytest.raises(cards.CardError, match="lacks created"):
@@ -54,49 +102,236 @@ def test_load_refuses_what_is_not_a_card(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(cards.CardError, match="cannot read"):
         cards.load(bad)
+    bad.write_text(json.dumps({"no": "version"}))
+    with pytest.raises(cards.CardError, match="has no version"):
+        cards.load(bad)
+    future = card(report)
+    future["version"] = 3
+    bad.write_text(json.dumps(future))
+    with pytest.raises(cards.CardError, match="upgrade torchhw"):
+        cards.load(bad)
 
 
-def test_compare_explains_differences_by_hardware():
-    a = card(measured__bandwidth_gbps=20.0)
-    b = card(measured__bandwidth_gbps=40.0, machine__physical_cores=16,
-             machine__isa=["AVX2", "AMX BF16"], machine__gpus=[{"name": "H100"}])
-    b["machine"]["isa"] = ["AVX2", "AMX BF16"]
-    a["machine"]["isa"] = ["AVX2"]
+def test_schema_errors_say_where(report, tmp_path):
+    c = card(report)
+    c["measured"]["fp32_gflops"] = -5.0
+    c["machine"]["logical_cores"] = "two"
+    del c["method"]
+    errors = cards.schema_errors(c)
+    assert any(e.startswith("measured/fp32_gflops:") for e in errors)
+    assert any(e.startswith("machine/logical_cores:") for e in errors)
+    assert any("'method' is a required property" in e for e in errors)
+    with pytest.raises(cards.CardError, match="does not match the card schema"):
+        cards.save(c, tmp_path)
+
+
+def test_an_impossible_rate_is_refused_and_kept(report, tmp_path):
+    c = card(report, measured__fp32_gflops=130.0)   # 1.3x a peak from a measured clock
+    assert [f["level"] for f in c["findings"]] == ["refused"]
+    with pytest.raises(cards.CardError, match=r"1\.30x the derived peak.*impossible") as err:
+        cards.save(c, tmp_path, "mine.json")
+    assert "kept as" in str(err.value)
+    assert not (tmp_path / "mine.json").exists()
+    kept = json.loads((tmp_path / "mine.json.refused").read_text())
+    assert kept["measured"]["fp32_gflops"] == 130.0   # nothing measured is lost
+    (tmp_path / "sent.json").write_text(json.dumps(c))  # a card someone sends is refused too
+    with pytest.raises(cards.CardError, match="refused"):
+        cards.load(tmp_path / "sent.json")
+    ok = card(report, measured__fp32_gflops=112.0)    # within the 1.15x tolerance: timing noise
+    assert ok["findings"] == []
+
+
+def test_a_rate_above_a_peak_from_the_reported_clock_is_marked_not_refused(report, tmp_path):
+    c = card(report, peak_clock="reported", measured__fp32_gflops=130.0)
+    (marked,) = c["findings"]
+    assert marked["level"] == "marked" and "3.90 GHz or more" in marked["text"]
+    assert cards.load(cards.save(c, tmp_path))["findings"] == [marked]
+
+
+def test_bandwidth_above_the_theoretical_rate_is_refused(report):
+    c = gpu_card(report, gbps=1555.0, bw=1800.0)
+    assert c["findings"][0]["level"] == "refused" and "theoretical" in c["findings"][0]["text"]
+    with pytest.raises(cards.CardError, match="no memory moves faster"):
+        cards.check(c)
+
+
+def test_a_busy_machine_is_marked_and_said(report):
+    busy = card(report, method__busy=0.4)
+    assert busy["findings"][0]["item"] == "method busy"
+    why = cards.compare(card(report), busy).explain()
+    assert any("40% of the CPUs" in line for line in why)
+
+
+def test_version_1_cards_are_upgraded_and_their_reported_clock_said():
+    shared = cards.load(REFERENCE / "2026-12-01_amd-epyc-2-cores.json")
+    assert shared["version"] == 2 and shared["peak_clock"]["kind"] == "reported"
+    # its fp32 rate beat the peak from the 2.60 GHz it reported: marked, with the clock implied
+    marked = [f for f in shared["findings"] if f["item"] == "measured fp32_gflops"]
+    assert marked and marked[0]["level"] == "marked" and "GHz or more" in marked[0]["text"]
+
+
+def test_reference_cards_load_and_come_from_more_than_one_kind_of_machine():
+    found = [cards.load(p) for p in sorted(REFERENCE.glob("*.json"))]
+    assert len(found) >= 3
+    for c in found:
+        assert Path(c["path"]).name.startswith(c["created"])
+        assert c["machine"]["torch"] and c["method"]["by"]
+    kinds = {(c["machine"]["vendor"], tuple(sorted(c["machine"]["isa"]))) for c in found}
+    assert len(kinds) >= 2, "reference cards from more than one kind of machine"
+    assert any(c["machine"]["clock"]["kind"] == "measured" and c["best"] for c in found), \
+        "at least one reference card with a measured clock and a search over shapes"
+
+
+def test_compare_explains_cpu_differences_by_hardware(report):
+    a = card(report, measured__bandwidth_gbps=20.0)
+    b = card(report, measured__bandwidth_gbps=40.0)
+    b["machine"]["physical_cores"] = 4
+    a["machine"]["isa"] = ["AVX2", "FMA"]
+    b["machine"]["isa"] = ["AVX2", "FMA", "AVX-512", "AMX BF16"]
     comparison = cards.compare(a, b)
     text = str(comparison)
     assert "2.00x" in text  # bandwidth ratio in the table
     why = " ".join(comparison.explain())
-    assert "AMX BF16" in why and "bandwidth" in why and "GPU" in why and "cores" in why
+    assert "only B has: AMX BF16, AVX-512" in why and "bandwidth" in why and "cores: 2 against 4" in why
+    assert "only A has" not in why and "AVX2, FMA" not in why   # shared: never a reason
     sections = {r[0] for r in comparison.rows()}
-    assert sections == {"hardware", "peak", "measured", "knob gain", "tuning", "capstone"}
+    assert sections == {"hardware", "software", "method", "peak", "measured", "best matmul",
+                        "knob gain", "tuning", "capstone"}
     assert "| section |" in comparison._repr_markdown_()
     assert comparison.plot() is not None
 
 
-def test_same_machine_says_so():
-    a, b = card(machine__load_average=0.1), card(machine__load_average=0.1)
-    assert "same hardware" in cards.compare(a, b).explain()[0]
+def test_compare_never_explains_by_hardware_the_two_share(report):
+    a, b = card(report), card(report)
+    b["measured"]["fp32_gflops"] = 45.0   # half the rate on the same hardware
+    why = cards.compare(a, b).explain()
+    assert "same hardware" in why[0]
+    assert not any(line.startswith(("cores", "clock", "instruction sets")) for line in why)
+    flagged = [line for line in why if line.startswith("measured fp32_gflops")]
+    assert flagged and "does not explain" in flagged[0] and "0.50x" in flagged[0]
+    same = cards.compare(a, card(report)).explain()
+    assert any("as the hardware explains" in line for line in same)
 
 
-def test_a_busy_machine_is_flagged():
-    busy = card(machine__load_average=8.0, machine__logical_cores=2)
-    assert any("busy machine" in line for line in cards.compare(card(machine__load_average=0.1), busy).explain())
+def test_compare_of_gpus_reasons_from_compute_capability_and_memory(report):
+    t4 = gpu_card(report, "Tesla T4", "7.5", 40, 320.0, 16.0, fp32=4000.0, bw=240.0)
+    a100 = gpu_card(report)
+    why = " ".join(cards.compare(t4, a100).explain())
+    assert "compute capability 7.5 against 8.0" in why and "B alone has TF32, bf16" in why
+    assert "SMs: 40 against 108" in why and "4.86x" in why   # 1555 / 320 GB/s
+    assert "AVX" not in why and "cores:" not in why            # no CPU reasons for GPUs
+    rows = {r[1] for r in cards.compare(t4, a100).rows() if r[0] == "hardware"}
+    assert {"compute capability", "tensor-core formats", "memory GB/s (theoretical)"} <= rows
 
 
-def test_compare_command(tmp_path, capsys):
-    a = cards.save(card(), tmp_path, "a.json")
-    b = cards.save(card(capstone__throughput=2000.0), tmp_path, "b.json")
-    assert main(["compare", str(a), str(b), "--plot", str(tmp_path / "c.png")]) == 0
+def test_compare_of_macs_speaks_of_unified_memory(report):
+    m1, m3 = card(report), card(report)
+    for c, chip, mem in ((m1, "Apple M1", 16.0), (m3, "Apple M3 Max", 64.0)):
+        c["device"], c["kind"] = "mps", "mps"
+        c["machine"]["cpu"], c["machine"]["memory_gib"] = chip, mem
+        c["peak"], c["peak_basis"] = {}, {}
+    why = " ".join(cards.compare(m1, m3).explain())
+    assert "unified memory" in why and "Apple M3 Max" in why
+
+
+def test_compare_of_two_device_kinds_says_so(report):
+    why = cards.compare(card(report), gpu_card(report)).explain()
+    assert "different kinds" in why[0]
+    assert not any("hardware explains" in line for line in why)
+
+
+def test_most_unlike_prefers_another_kind_then_other_hardware(report):
+    mine, twin, other_cpu = card(report), card(report), card(report)
+    other_cpu["machine"]["isa"] = ["AVX2", "FMA"]
+    other_cpu["machine"]["cpu"] = "Another CPU"
+    assert cards.most_unlike(mine, [twin, other_cpu]) is other_cpu
+    gpu = gpu_card(report)
+    assert cards.most_unlike(mine, [twin, other_cpu, gpu]) is gpu
+    with pytest.raises(cards.CardError):
+        cards.most_unlike(mine, [])
+
+
+def test_compare_command_takes_cards_run_folders_and_reports(report, tmp_path, capsys):
+    a = cards.save(card(report), tmp_path, "a.json")
+    run = tmp_path / "runs" / "2026-12-02_120000"
+    cards.save(card(report, capstone__throughput=2000.0), run, "card.json")
+    (run / "report.json").write_text(json.dumps({"notebooks": []}))
+    assert main(["compare", str(a), str(run), "--plot", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out
     assert "throughput" in out and "2.00x" in out and "Why they differ" in out
     assert (tmp_path / "c.png").stat().st_size > 1000
+    assert main(["compare", str(a), str(run / "report.json")]) == 0
+    # a report without card.json beside it: the card notebook 10 recorded in it
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "report.json").write_text(json.dumps({"notebooks": [
+        {"name": "10_capstone", "measurements": {"capstone card": {"value": card(report)}}}]}))
+    assert main(["compare", str(a), str(old / "report.json")]) == 0
+    capsys.readouterr()
     assert main(["compare", str(a), str(tmp_path / "missing.json")]) == 2
+    assert main(["compare", str(a), str(tmp_path)]) == 2
+    assert "without card.json" in capsys.readouterr().out
 
 
-def test_reference_cards_load():
-    from conftest import ROOT
+def test_the_card_command_writes_a_valid_card(report, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cards, "measure", lambda *a, **k: card(report, created="2026-12-02"))
+    assert main(["card", "--out", str(tmp_path), "--budget", "1"]) == 0
+    (written,) = tmp_path.glob("*.json")
+    assert cards.load(written)["created"] == "2026-12-02"
+    assert "card written to" in capsys.readouterr().out
 
-    found = sorted((ROOT / "reference" / "cards").glob("*.json"))
-    for path in found:
-        c = cards.load(path)
-        assert path.name.startswith(c["created"])
+
+def test_measure_fills_every_section_a_card_without_the_course_has(tmp_path):
+    c = cards.measure("cpu", budget_s=0.5)
+    assert c["method"]["by"] == "torchhw card" and c["tuning"] is None and c["capstone"] is None
+    assert c["measured"]["fp32_gflops"] > 0 and c["measured"]["bandwidth_gbps"] > 0
+    assert c["best"]["float32"]["gflops"] > 0 and len(c["best"]["float32"]["shape"]) == 3
+    assert c["peak_basis"] and c["method"]["busy"] is None or 0 <= c["method"]["busy"] <= 1
+    assert cards.schema_errors(c) == []
+
+
+def test_results_page_lists_every_card_and_what_was_refused(report, tmp_path, capsys):
+    folder = tmp_path / "cards"
+    for p in REFERENCE.glob("*.json"):
+        (folder / p.name).parent.mkdir(exist_ok=True)
+        (folder / p.name).write_text(p.read_text())
+    bad = card(report, measured__fp32_gflops=500.0)
+    (folder / "2026-12-03_impossible.json").write_text(json.dumps(bad))
+    assert main(["cards", str(folder), "--out", str(tmp_path / "site")]) == 0
+    md = (tmp_path / "site" / "results.md").read_text()
+    page = (tmp_path / "site" / "results.html").read_text()
+    names = sorted(REFERENCE.glob("*.json"))
+    assert md.count("\n| 20") == len(names), "a row per reference card"
+    assert "## Refused" in md and "2026-12-03_impossible.json" in md and "impossible" in md
+    assert "data:image/png;base64," in page and "http" not in page.replace(
+        "https://", "").split("<body>")[0]   # offline: nothing fetched
+    assert (tmp_path / "site" / "results.png").stat().st_size > 5000
+    assert "1 refused" in capsys.readouterr().out
+    assert main(["cards", str(tmp_path / "nowhere")]) == 2
+
+
+def test_results_row_marks_findings(report):
+    row = results.row(card(report, peak_clock="reported", measured__fp32_gflops=130.0))
+    assert "reported clock" in row["marked"] and row["clock GHz"] == "3.00 measured"
+
+
+def test_upgrade_leaves_the_original_alone():
+    original = json.loads((REFERENCE / "2026-12-01_amd-epyc-2-cores.json").read_text())
+    before = copy.deepcopy(original)
+    cards.upgrade(original)
+    assert original == before
+
+
+def test_a_gpu_cards_peak_is_its_theoretical_bandwidth(report):
+    """A CUDA machine presented to the card code: no FLOP peak derived, the bandwidth from the
+    memory clock and bus width the GPU probe reports."""
+    from types import SimpleNamespace
+
+    from torchhw.hardware import GPUInfo
+
+    h100 = GPUInfo(0, "NVIDIA H100 80GB HBM3", 79.6, "9.0", 132, memory_gbps=3352.3)
+    gpu_machine = SimpleNamespace(**{**vars(report), "gpus": [h100]})
+    assert cards.peaks_for(gpu_machine, "cuda:0", 1) == {"bandwidth_gbps": 3352.3}
+    assert cards.peaks_for(gpu_machine, "cuda:1", 1) == {}      # no second GPU listed
+    summary = cards.machine_summary(gpu_machine)
+    assert summary["gpus"][0]["memory_gbps"] == 3352.3 and summary["gpus"][0]["sm_count"] == 132

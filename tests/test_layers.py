@@ -19,18 +19,18 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Each learner module's layer: a module may import only from lower layers.
 LAYERS: dict[str, int] = {
     # ground: knows no other torchhw module
-    "torchhw": 0, "torchhw.hardware": 0, "torchhw.data": 0, "torchhw.models": 0,
+    "torchhw": 0, "torchhw.clock": 0, "torchhw.data": 0, "torchhw.models": 0,
     "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.measurements": 0, "torchhw.checks": 0,
     "torchhw.params": 0, "torchhw.device": 0, "torchhw.cpu": 0,
     "torchhw.distributed.comm": 0, "torchhw.distributed.elastic": 0,
     "torchhw.distributed.processes": 0,
     # built on the ground
-    "torchhw.peak": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1,
+    "torchhw.hardware": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1,
     "torchhw.notebook": 1, "torchhw.knobs": 1,
     "torchhw.distributed.placement": 1, "torchhw.distributed.diagnosis": 1,
     "torchhw.distributed.guard": 1,
     # built on those
-    "torchhw.tune": 2, "torchhw.cards": 2,
+    "torchhw.peak": 2, "torchhw.achievable": 2, "torchhw.tune": 2, "torchhw.cards": 3,
     "torchhw.distributed.launcher": 2, "torchhw.distributed.agents": 2,
     "torchhw.distributed.train": 2,
     "torchhw.distributed.jobs": 3,
@@ -42,7 +42,7 @@ LAYERS: dict[str, int] = {
 TOOLING = "torchhw.course"
 # what the learner's modules may import from outside the standard library
 LEARNER_LIBRARIES = {"torch", "numpy", "matplotlib", "matplotlib_inline", "IPython", "ipywidgets",
-                     "psutil", "sklearn", "yaml"}
+                     "psutil", "sklearn", "yaml", "jsonschema"}
 
 
 def module_name(path: Path) -> str:

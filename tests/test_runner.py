@@ -4,6 +4,7 @@ Runs small synthetic notebooks (a kernel start each, a few seconds in all), not 
 """
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -70,7 +71,7 @@ def test_parse_value_like_papermill():
 def test_run_goes_past_a_failure_and_reports_it(course, tmp_path):
     lines = []
     out, results = runner.run_course(parameters={"seed": 7, "lr": 0.5}, notebooks=course,
-                                     out_dir=tmp_path / "run", progress=False,
+                                     out_dir=tmp_path / "run", progress=False, card=False,
                                      echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
     first, broken, after = results
     assert (first.status, broken.status, after.status) == ("ok", "failed", "ok")
@@ -92,11 +93,60 @@ def test_run_goes_past_a_failure_and_reports_it(course, tmp_path):
 
 
 def test_full_mode_and_exit_status_through_the_cli(course, tmp_path, capsys):
-    code = main(["run", "first", "--full", "--no-progress", "--dir", str(course),
+    code = main(["run", "first", "--full", "--no-progress", "--no-card", "--dir", str(course),
                  "--out", str(tmp_path / "r")])
     assert code == 0
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert data["notebooks"][0]["parameters"] == {"quick": False}
     assert data["notebooks"][0]["measurements"]["answer"]["value"] == 0
-    assert main(["run", "broken", "--no-progress", "--dir", str(course),
+    assert main(["run", "broken", "--no-progress", "--no-card", "--dir", str(course),
                  "--out", str(tmp_path / "r2")]) == 1
+    assert not (tmp_path / "r2" / "card.json").exists()
+
+
+CARD_WRITER = """
+import json, shutil
+from pathlib import Path
+from torchhw import cards
+source = sorted(Path(reference).glob("*.json"))[0]
+card = cards.load(source)
+card.pop("path")
+cards.save(card, card_dir)
+"""
+
+
+def test_a_run_leaves_the_card_notebook_10_wrote_as_card_json(tmp_path):
+    from conftest import ROOT
+
+    from torchhw import cards
+
+    folder = tmp_path / "course"
+    folder.mkdir()
+    write(folder, "10_capstone.ipynb", CARD_WRITER,
+          params=f"quick = True\ncard_dir = ''\nreference = {str(ROOT / 'reference' / 'cards')!r}")
+    out, results = runner.run_course(notebooks=folder, out_dir=tmp_path / "run", progress=False,
+                                     echo=lambda *a, **k: None)
+    assert results[0].status == "ok", results[0].error
+    assert results[0].parameters["card_dir"] == str(out)        # the run folder, given
+    assert sorted(p.name for p in out.glob("*.json")) == ["card.json", "report.json"]
+    assert cards.load(out)["created"]                             # compare takes the folder
+    report = json.loads((out / "report.json").read_text())
+    assert report["card"] == {"file": "card.json", "note": "written by notebook 10"}
+    assert "## Report card" in (out / "report.md").read_text()
+
+
+def test_a_run_without_notebook_10_measures_a_card(course, tmp_path, monkeypatch):
+    from torchhw import cards
+
+    made = []
+
+    def measure(**kwargs):
+        made.append(kwargs)
+        return cards.load(sorted((Path(__file__).parents[1] / "reference" / "cards").glob("*.json"))[0])
+
+    monkeypatch.setattr(cards, "measure", measure)
+    out, _ = runner.run_course(["first"], notebooks=course, out_dir=tmp_path / "run",
+                               progress=False, echo=lambda *a, **k: None)
+    assert made and made[0]["budget_s"] <= 10 and "without notebook 10" in made[0]["by"]
+    assert cards.load(out / "card.json")
+    assert "measured by torchhw run" in json.loads((out / "report.json").read_text())["card"]["note"]

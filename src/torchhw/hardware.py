@@ -55,6 +55,7 @@ class CPUInfo:
     isa: dict[str, bool] = field(default_factory=dict)
     torch_capability: str = ""
     caches: dict[str, int] = field(default_factory=dict)  # "L1d", "L2", "L3" -> bytes per cache
+    local: bool = False  # this machine's CPU (cpu_info), not one described by hand
 
 
 @dataclass
@@ -64,6 +65,8 @@ class GPUInfo:
     memory_gib: float
     compute_capability: str
     sm_count: int
+    # theoretical memory bandwidth: 2 transfers per memory clock x bus width (None: not reported)
+    memory_gbps: float | None = None
 
 
 @dataclass(repr=False)
@@ -74,6 +77,7 @@ class HardwareSurvey:
     gpus: list[GPUInfo]
     gpu_note: str
     mps: bool
+    clock: Any = None  # torchhw.clock.Clock: the clock the cores run at, measured where possible
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +94,11 @@ class HardwareSurvey:
             ("CPU", c.model),
             ("cores", cores),
             ("clock", clock),
+        ]
+        if self.clock is not None and self.clock.kind == "measured":
+            rows.append(("clock, measured", f"{self.clock.ghz:.2f} GHz with every core busy, "
+                                            f"{self.clock.single_ghz:.2f} GHz one core alone"))
+        rows += [
             ("ISA features", isa),
             ("torch CPU kernels", c.torch_capability),
             ("caches", ", ".join(f"{k} {_size(v)}" for k, v in c.caches.items()) or "unknown"),
@@ -100,7 +109,9 @@ class HardwareSurvey:
             for g in self.gpus:
                 rows.append(
                     (f"GPU {g.index}", f"{g.name}, {g.memory_gib:.1f} GiB, compute capability "
-                                       f"{g.compute_capability}, {g.sm_count} SMs")
+                                       f"{g.compute_capability}, {g.sm_count} SMs" +
+                                       (f", {g.memory_gbps:,.0f} GB/s memory (theoretical)"
+                                        if g.memory_gbps else ""))
                 )
         else:
             rows.append(("GPU", self.gpu_note))
@@ -211,6 +222,7 @@ def cpu_info() -> CPUInfo:
         isa={k: k in flags for k in ISA_FLAGS},
         torch_capability=torch.backends.cpu.get_cpu_capability(),
         caches=_caches(),
+        local=True,
     )
 
 
@@ -222,7 +234,9 @@ if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(i)
         out["gpus"].append(dict(index=i, name=p.name, memory_gib=p.total_memory / 2**30,
                                 compute_capability=f"{p.major}.{p.minor}",
-                                sm_count=p.multi_processor_count))
+                                sm_count=p.multi_processor_count,
+                                memory_gbps=(2 * p.memory_clock_rate * 1e3 * p.memory_bus_width / 8 / 1e9
+                                             if getattr(p, "memory_bus_width", 0) else None)))
     out["cudnn"] = torch.backends.cudnn.version()
     try:
         v = torch.cuda.nccl.version()
@@ -266,21 +280,30 @@ def torch_build() -> dict[str, Any]:
     }
 
 
-def survey(probe_gpus: bool = True) -> HardwareSurvey:
-    """Everything this module finds out. Set ``probe_gpus=False`` to skip the child process."""
+def survey(probe_gpus: bool = True, measure_clock: bool = True) -> HardwareSurvey:
+    """Everything this module finds out. Set ``probe_gpus=False`` to skip the child process,
+    ``measure_clock=False`` to skip timing the clock (:mod:`torchhw.clock`, about half a second)."""
     build = torch_build()
     gpus, versions, note = gpu_info() if probe_gpus else ([], {}, "not probed")
     for key, value in versions.items():
         build[key] = value if value is not None else "none"
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    cpu = cpu_info()
     return HardwareSurvey(
-        cpu=cpu_info(),
+        cpu=cpu,
         memory_gib=psutil.virtual_memory().total / 2**30,
         torch_build=build,
         gpus=gpus,
         gpu_note=note,
         mps=mps,
+        clock=_measured_clock(cpu) if measure_clock else None,
     )
+
+
+def _measured_clock(cpu: CPUInfo) -> Any:
+    from . import clock
+
+    return clock.best(cpu)
 
 
 def cpu_short_name(cpu: CPUInfo) -> str:

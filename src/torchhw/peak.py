@@ -3,7 +3,9 @@
     from torchhw import hardware, peak
     peak.flops(hardware.cpu_info(), torch.float32)   # Peak: GFLOP/s and how it was derived
 
-The FLOP per cycle come from the vector FMA units of the cores this table knows (AMD Zen,
+The clock is the one the cores really run at (:mod:`torchhw.clock` measures it) when the CPU is
+this machine's, else the one its description reports; the peak's ``basis`` says which. The FLOP
+per cycle come from the vector FMA units of the cores this table knows (AMD Zen,
 Intel AVX2 and AVX-512) and the matrix tiles (AMX) for bf16 and fp16. Where a core is not in
 the table, or the OS does not report a clock, the peak is "unknown" with the reason: a guessed
 peak would make every "percent of peak" in the course a guess too.
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import clock as _clock
 from .hardware import ISA_FLAGS, CPUInfo, cpu_info
 
 
@@ -27,6 +30,7 @@ class Peak:
     basis: str
     cores: int | None = None
     flops_per_cycle: float | None = None
+    clock: _clock.Clock | None = None
 
     def implied_clock_ghz(self, measured_gflops: float) -> float | None:
         """The clock a measured rate implies, if every FMA unit was busy every cycle."""
@@ -71,14 +75,17 @@ _HALF = {
 
 
 def flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
-          cores: int | None = None) -> Peak:
+          cores: int | None = None, clock: _clock.Clock | float | None = None) -> Peak:
     """Theoretical CPU peak for ``dtype``: cores x FLOP/cycle x clock, or unknown with why.
 
     ``cores`` defaults to every physical core; pass the thread count a benchmark used.
-    Uses physical cores (SMT threads share the FMA units) and the clock the OS reports,
-    which in a VM is often the base clock: a measured rate above this "peak" means the
-    core was boosting. fp16 has no native arithmetic without AVX-512 FP16 or AMX FP16,
-    so its peak is reported as unknown rather than guessed.
+    Uses physical cores (SMT threads share the FMA units). ``clock``: None takes, for this
+    machine's CPU, the clock measured with ``cores`` cores busy (:func:`torchhw.clock.best`,
+    which falls back to the boost or reported clock where it cannot measure), and for a CPU
+    described by hand its reported ``clock_ghz``; a :class:`~torchhw.clock.Clock` or GHz is used
+    as given. With a reported base clock, a measured rate above the peak means the cores were
+    boosting. fp16 has no native arithmetic without AVX-512 FP16 or AMX FP16, so its peak is
+    reported as unknown rather than guessed.
     """
     cpu = cpu or cpu_info()
     name = str(dtype).replace("torch.", "")
@@ -86,8 +93,13 @@ def flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
     cores = cores or cpu.physical_cores or cpu.logical_cores
     if per_cycle is None:
         return Peak(name, None, why)
-    if cpu.clock_ghz is None:
-        return Peak(name, None, "clock speed not reported by this OS")
+    if clock is None:
+        clock = (_clock.best(cpu, cores) if cpu.local else
+                 _clock.Clock(cpu.clock_ghz, "reported", cpu.clock_source))
+    elif not isinstance(clock, _clock.Clock):
+        clock = _clock.Clock(float(clock), "given", "given by the caller")
+    if clock.ghz is None:
+        return Peak(name, None, "clock speed not reported by this OS", clock=clock)
     scale, note = 1.0, ""
     if dtype == torch.float64:
         scale, note = 0.5, ", fp64 at half the fp32 rate"
@@ -101,6 +113,7 @@ def flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
             return Peak(name, None, missing)
     elif dtype != torch.float32:
         return Peak(name, None, f"no peak model for {name}")
-    gflops = cores * per_cycle * scale * cpu.clock_ghz
-    basis = f"{cores} cores x {per_cycle * scale:g} FLOP/cycle x {cpu.clock_ghz:.2f} GHz ({why}{note})"
-    return Peak(name, gflops, basis, cores, per_cycle * scale)
+    gflops = cores * per_cycle * scale * clock.ghz
+    basis = (f"{cores} cores x {per_cycle * scale:g} FLOP/cycle x {clock.ghz:.2f} GHz "
+             f"{clock.kind} ({why}{note})")
+    return Peak(name, gflops, basis, cores, per_cycle * scale, clock)

@@ -9,7 +9,9 @@
     torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
     torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
     torchhw binder                                            simulate Binder's build here
-    torchhw compare A.json B.json [--plot FILE]               two report cards side by side
+    torchhw card [--out DIR] [--budget S]                     measure and write this machine's card
+    torchhw compare A B [--plot FILE]                         two cards (or run folders) side by side
+    torchhw cards [PATH ...] [--out DIR]                      a results page, a row per card
     torchhw portability [--profile NAME] [NOTEBOOK ...]       nbval as other machines run it
     torchhw learner                                           the learner's install alone works
     torchhw system [--install] [NAME ...]                     chromium, npm, shellcheck for the tests
@@ -33,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     params = {name: parse_value(value) for name, value in args.param}
     _, results = run_course(args.notebooks, params, out_dir=args.out, notebooks=args.dir,
                             quick=not args.full, timeout=args.timeout,
-                            progress=False if args.no_progress else None)
+                            progress=False if args.no_progress else None, card=not args.no_card)
     return 1 if any(r.status != "ok" for r in results) else 0
 
 
@@ -122,6 +124,19 @@ def _compare(args: argparse.Namespace) -> int:
     return compare_main([str(args.a), str(args.b)] + (["--plot", str(args.plot)] if args.plot else []))
 
 
+def _card(args: argparse.Namespace) -> int:
+    from ..cards import card_main
+
+    return card_main(["--out", str(args.out), "--budget", str(args.budget), "--device", args.device,
+                      "--threads", str(args.threads)])
+
+
+def _cards(args: argparse.Namespace) -> int:
+    from .results import main as results_main
+
+    return results_main([str(p) for p in args.paths] + ["--out", str(args.out)])
+
+
 def _learner(args: argparse.Namespace) -> int:
     from .learner import main as learner_main
 
@@ -189,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--no-progress", action="store_true",
                      help="no progress bars (default: bars only at a terminal, never in CI "
                           "or with TQDM_DISABLE=1)")
+    run.add_argument("--no-card", action="store_true",
+                     help="leave no card.json (by default notebook 10's card, or one measured "
+                          "in seconds when notebook 10 did not run)")
     run.set_defaults(func=_run)
 
     lst = sub.add_parser("list", help="the notebooks and their parameters")
@@ -235,10 +253,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     binder.set_defaults(func=_binder)
 
     cmp = sub.add_parser("compare", help="two report cards side by side: table, reasons, plot")
-    cmp.add_argument("a", type=Path, help="a card, e.g. reference/cards/2026-11-30_....json")
-    cmp.add_argument("b", type=Path, help="another card, e.g. the one notebook 10 wrote")
+    cmp.add_argument("a", type=Path, help="a card (reference/cards/2026-11-30_....json), a run "
+                                          "folder (runs/<stamp>/) or a run's report.json")
+    cmp.add_argument("b", type=Path, help="another, e.g. the card notebook 10 or `torchhw card` wrote")
     cmp.add_argument("--plot", type=Path, help="also save the comparison plot (PNG) here")
     cmp.set_defaults(func=_compare)
+
+    card = sub.add_parser("card", help="measure this machine's report card (under a minute) "
+                                       "without running the course")
+    card.add_argument("--out", type=Path, default=Path("."), help="folder for the card (default: here)")
+    card.add_argument("--budget", type=float, default=20.0,
+                      help="seconds for the search over matmul shapes (default 20)")
+    card.add_argument("--device", default="auto", help="cpu, cuda, mps, xpu or auto (default)")
+    card.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    card.set_defaults(func=_card)
+
+    results = sub.add_parser("cards", help="a results page (Markdown, offline HTML, plot) with a "
+                                           "row per report card")
+    results.add_argument("paths", nargs="*", type=Path,
+                         help="cards, folders of cards, run folders (default: reference/cards)")
+    results.add_argument("--out", type=Path, default=Path("build/results"))
+    results.set_defaults(func=_cards)
 
     learner = sub.add_parser("learner", help="the learner's install alone runs notebook 01")
     learner.set_defaults(func=_learner)

@@ -8,6 +8,11 @@ and error and the run goes on; the exit status says whether any failed. A ``-p``
 goes to each notebook that declares that parameter; one that no selected notebook
 declares is an error before anything runs (papermill itself only warns). Measurements a
 notebook records with :func:`torchhw.measurements.add` end up in the report.
+
+Every run leaves this machine's report card as ``card.json`` in its folder: the one notebook 10
+writes (the runner gives it the run folder as ``card_dir``), or, when notebook 10 did not run or
+failed, one measured by :func:`torchhw.cards.measure` (a short search, without tuning or
+capstone). ``torchhw compare`` takes run folders, so two runs compare directly.
 """
 
 from __future__ import annotations
@@ -138,8 +143,11 @@ def _run_one(path: Path, out: Path, parameters: dict[str, Any], records: Path,
 def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = None,
                out_dir: Path | None = None, notebooks: Path | None = None,
                quick: bool = True, timeout: int = 600, progress: bool | None = None,
-               echo: Any = print) -> tuple[Path, list[NotebookResult]]:
+               echo: Any = print, card: bool = True) -> tuple[Path, list[NotebookResult]]:
     """Run the chosen notebooks in order; return the run folder and each result.
+
+    ``card``: leave ``card.json`` in the run folder (see the module's docstring); False skips
+    the measurement a run without notebook 10 would need.
 
     ``progress``: a per-cell bar for each notebook; None decides by :func:`progress_wanted`.
     When off, the kernels get TQDM_DISABLE=1 too, so long cells show no bars either.
@@ -169,6 +177,8 @@ def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = No
         mine = {k: v for k, v in parameters.items() if k in declared[path]}
         if "quick" in declared[path]:
             mine.setdefault("quick", quick)
+        if card and "card_dir" in declared[path]:
+            mine.setdefault("card_dir", str(out_dir))
         echo(f"[{i}/{len(paths)}] {path.stem} {mine} ...", flush=True)
         r = _run_one(path, out_dir / path.name, mine, out_dir / "records" / f"{path.stem}.json",
                      timeout, progress)
@@ -178,7 +188,8 @@ def run_course(names: Sequence[str] = (), parameters: dict[str, Any] | None = No
              flush=True)
         results.append(r)
     remove_kernel_sockets()
-    write_report(out_dir, results)
+    card_note = leave_card(out_dir, results, echo, quick) if card else "not asked for (card=False)"
+    write_report(out_dir, results, card_note)
     echo("\n" + summary_table(results))
     echo(f"\nreport: {out_dir / 'report.md'}")
     return out_dir, results
@@ -205,11 +216,48 @@ def _hardware_summary() -> dict[str, Any]:
     return {"rows": survey.rows(), "cpu_fp32_peak_gflops": fp32.gflops, "peak_basis": fp32.basis}
 
 
-def write_report(out_dir: Path, results: Sequence[NotebookResult]) -> None:
+def leave_card(out_dir: Path, results: Sequence[NotebookResult] = (), echo: Any = print,
+               quick: bool = True) -> str:
+    """Make ``out_dir/card.json``: the card a notebook wrote there, else the card a notebook
+    recorded (``measurements.add("capstone card", card)``: notebook 10 with its own
+    ``card_dir``), else one measured now. Each is checked. Returns a line for the report on
+    where the card came from."""
+    from .. import cards
+
+    target = out_dir / "card.json"
+    written = sorted((p for p in out_dir.glob("*.json") if p.name not in ("report.json", "card.json")),
+                     key=lambda p: p.stat().st_mtime)
+    recorded = [r.measurements["capstone card"]["value"] for r in results
+                if r.status == "ok" and "capstone card" in r.measurements]
+    if written:
+        try:
+            cards.load(written[-1])
+        except cards.CardError as err:
+            return f"notebook 10's card {written[-1].name} was refused: {err}"
+        os.replace(written[-1], target)
+        return "written by notebook 10"
+    if recorded:
+        try:
+            cards.save(recorded[-1], out_dir, "card.json")
+        except cards.CardError as err:
+            return f"notebook 10's card was refused: {err}"
+        return "recorded by notebook 10 (which wrote its own copy into its card_dir)"
+    echo("measuring this machine's report card (notebook 10 did not write one) ...", flush=True)
+    budget = 6.0 if quick else 20.0
+    try:
+        cards.save(cards.measure(budget_s=budget, by="torchhw run (without notebook 10)"),
+                   out_dir, "card.json")
+    except cards.CardError as err:
+        return f"measured, and refused: {err}"
+    return f"measured by torchhw run (notebook 10 did not write one): no tuning or capstone"
+
+
+def write_report(out_dir: Path, results: Sequence[NotebookResult], card_note: str = "") -> None:
     """report.json (everything) and report.md (for people) in ``out_dir``."""
     hw = _hardware_summary()
     data = {
         "created": datetime.now().isoformat(timespec="seconds"),
+        "card": {"file": "card.json" if (out_dir / "card.json").is_file() else None, "note": card_note},
         "hardware": hw,
         "notebooks": [asdict(r) for r in results],
         "passed": sum(r.status == "ok" for r in results),
@@ -220,6 +268,15 @@ def write_report(out_dir: Path, results: Sequence[NotebookResult]) -> None:
           f"{data['passed']} passed, {data['failed']} failed.", "", "## Machine", "",
           "| item | value |", "|---|---|"]
     md += [f"| {k} | {v} |" for k, v in hw["rows"]]
+    md += ["", "## Report card", ""]
+    if (out_dir / "card.json").is_file():
+        from .. import cards
+
+        md += [f"[card.json](card.json), {card_note}. Compare it with another machine's: "
+               f"`torchhw compare {out_dir / 'card.json'} reference/cards/<card>.json`.", "",
+               "```", cards.summary(cards.load(out_dir / "card.json")), "```"]
+    else:
+        md += [f"No card: {card_note}."]
     md += ["", "## Notebooks", "", "| notebook | status | seconds | parameters |",
            "|---|---|--:|---|"]
     md += [f"| [{r.name}]({Path(r.output).name}) | {r.status} | {r.seconds:.1f} | "
