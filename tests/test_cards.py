@@ -335,3 +335,9 @@ def test_a_gpu_cards_peak_is_its_theoretical_bandwidth(report):
     assert cards.peaks_for(gpu_machine, "cuda:1", 1) == {}      # no second GPU listed
     summary = cards.machine_summary(gpu_machine)
     assert summary["gpus"][0]["memory_gbps"] == 3352.3 and summary["gpus"][0]["sm_count"] == 132
+
+
+def test_the_reference_readme_lists_every_card():
+    listed = (REFERENCE / "README.md").read_text()
+    for path in REFERENCE.glob("*.json"):
+        assert f"| {path.name} |" in listed, f"{path.name} is not in reference/cards/README.md"
