@@ -341,3 +341,10 @@ def test_the_reference_readme_lists_every_card():
     listed = (REFERENCE / "README.md").read_text()
     for path in REFERENCE.glob("*.json"):
         assert f"| {path.name} |" in listed, f"{path.name} is not in reference/cards/README.md"
+
+
+def test_one_cpu_at_two_clocks_is_the_boost_not_other_hardware(report):
+    a, b = card(report), card(report)
+    b["machine"]["clock"] = dict(b["machine"]["clock"], ghz=3.3)
+    (line,) = [l for l in cards.compare(a, b).explain() if l.startswith("clock")]
+    assert "1.10x" in line and "boost each run found" in line

@@ -539,7 +539,11 @@ class Comparison:
             sure = ha["clock kind"] == hb["clock kind"] == "measured"
             lines.append(f"clock: {ha['clock GHz']:.2f} GHz ({ha['clock kind']}) against "
                          f"{hb['clock GHz']:.2f} GHz ({hb['clock kind']}): " +
-                         (f"every core does {ratio:.2f}x the work per second." if sure else
+                         (f"every core does {ratio:.2f}x the work per second" +
+                          (". The CPU, its cores and instruction sets are the same, so this is the "
+                           "boost each run found (the host's load, temperature, a cloud's other "
+                           "tenants), not other hardware." if not differ & {"CPU", "cores", "instruction sets"}
+                           else ".") if sure else
                           f"{ratio:.2f}x, but a reported clock is often the base clock, below what "
                           f"the cores run at, so the real ratio is not known from the cards."))
         only_a = sorted(set(ha["instruction sets"]) - set(hb["instruction sets"]))
