@@ -81,8 +81,8 @@ NAMED = {
     ("capstone", 1): ["one epoch's time", "stop adding", "falls again later", ">=, not >",
                       "include its seconds", "return None"],
     ("capstone", 2): ["epochs count from 0", "must be skipped", "swapped"],
-    ("capstone", 3): ["a quarter", "twice", "parameters alone", "int64 counters",
-                      "int64 counters", "are int64: 8 bytes", "size of the file",
+    ("capstone", 3): ["a quarter", "twice", "parameters alone", "num_batches_tracked counters",
+                      "num_batches_tracked counters", "are int64: 8 bytes", "size of the file",
                       "parameters alone"],
 }
 
@@ -280,3 +280,19 @@ def test_07_4_is_checked_against_what_the_ranks_measured():
     assert right.ok and "measured" in right.message
     assert ddp.check_4(None, measured=measured).status == "todo"
     assert ddp.check_4(ddp.WRONG[4][3], measured=measured).status == "wrong"
+
+
+def test_a_prediction_is_never_told_its_gap():
+    """10-3 names what a wrong prediction left out, never by how many bytes: told the gap, a
+    reader could add it and pass without knowing what was missing."""
+    from torchhw.exercises import capstone
+
+    exact = capstone._predicted()
+    for wrong in capstone.WRONG[3] + [exact - 1000, exact + 7]:
+        value = wrong() if callable(wrong) else wrong
+        message = capstone.check_3(wrong).message
+        gap = abs(exact - value)
+        assert f"{exact:,}" not in message, message
+        if gap >= 100:   # a gap of a few bytes is a rule ("8 bytes each"), not the answer
+            assert f"{gap:,.0f}" not in message, message
+

@@ -122,17 +122,17 @@ def check_3(predicted_bytes: float | Callable[[], float]) -> str:
         raise Wrong(f"predicted_bytes should be a number of bytes, got {type(predicted_bytes).__name__}")
     predicted_bytes = float(predicted_bytes)  # an int, a float or a NumPy number alike
     missing = counted - predicted_bytes
-    buffers = (f"the batch-norm buffers ({stats:,} bytes of running means and variances, "
-               f"{counters} bytes of int64 counters)")
+    # the feedback names what is missing, never by how many bytes: a prediction that is told its
+    # gap can be corrected without being understood
     if missing == counted - params:
         raise Wrong(f"{predicted_bytes:,.0f} bytes is the parameters alone: state_dict() also "
-                    f"holds {buffers}")
+                    f"holds batch norm's buffers (running means and variances, and a counter)")
     if missing == counters:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out the int64 counters "
-                    f"(num_batches_tracked, 8 bytes each, {counters} bytes in all)")
+        raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out the num_batches_tracked counters: "
+                    f"buffers too, and not float32 (look at their dtype)")
     if missing == stats:
         raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out batch norm's running means and "
-                    f"variances ({stats:,} bytes): they are buffers, saved with the weights")
+                    f"variances: they are buffers, saved with the weights")
     if missing == counters / 2:
         raise Wrong(f"{predicted_bytes:,.0f} bytes counts every element as 4 bytes, but the "
                     "num_batches_tracked counters are int64: 8 bytes each")
@@ -151,9 +151,11 @@ def check_3(predicted_bytes: float | Callable[[], float]) -> str:
         if abs(predicted_bytes - factor * counted) <= 0.01 * factor * counted:
             raise Wrong(f"{predicted_bytes:,.0f} bytes is {reason}")
     if predicted_bytes != counted:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes is {abs(missing):,.0f} bytes "
-                    f"{'short of' if missing > 0 else 'more than'} what the tensors hold: count "
-                    f"each tensor's elements times its bytes per element")
+        share = abs(missing) / counted
+        size = f"about {share:.0%}" if share >= 0.005 else "under 1%"
+        raise Wrong(f"{predicted_bytes:,.0f} bytes is {size} {'short of' if missing > 0 else 'more than'} "
+                    f"what the tensors hold: count each tensor of state_dict(), parameters and "
+                    f"buffers, as its elements times its bytes per element")
     measured = state_bytes(model)
     return (f"Exactly the {counted:,} bytes the tensors hold. The file torch.save writes is "
             f"{measured:,} bytes: {measured - counted:,} more for names and layout "
