@@ -40,7 +40,14 @@ def check_1(verdict: Callable[[float, float, float], str]) -> str:
              ((0.9, 0.85, 0.96), "no clear difference"), ((0.8, 0.7, 0.94), "slower"),
              # at the threshold: a 3% or a 6% rule fails here
              ((1.2, 1.04, 1.3), "no clear difference"), ((1.2, 1.055, 1.3), "faster"),
-             ((0.9, 0.8, 0.953), "no clear difference"), ((0.9, 0.8, 0.951), "slower")]
+             ((0.9, 0.8, 0.953), "no clear difference"), ((0.9, 0.8, 0.951), "slower"),
+             # cases that tell the typical mistakes apart, so that feedback names the right one:
+             # the interval clears 1 but not 1.05 (a missing threshold says faster, the median
+             # alone no clear difference); the median clears 1.05 but the interval reaches below 1
+             # (the median alone says faster); the median is above 1 but neither end clears the
+             # threshold (the sign of the median says faster, swapped ends no clear difference)
+             ((1.04, 1.01, 1.08), "no clear difference"), ((1.1, 0.98, 1.2), "no clear difference"),
+             ((1.02, 1.0, 1.04), "no clear difference")]
     allowed = {"faster", "slower", "no clear difference"}
     answers = []
     for (median, low, high), _ in cases:
@@ -220,7 +227,11 @@ WRONG: dict[int, list[Any]] = {
         # the interval above 1 but the threshold forgotten
         lambda m, low, high: "faster" if low > 1 else "slower" if high < 1 else "no clear difference",
         lambda m, low, high: _verdict(m, low, high, slower_below=0.95),
-        lambda m, low, high: _verdict(m, low, high, threshold=0.03)],
+        lambda m, low, high: _verdict(m, low, high, threshold=0.03),
+        # the median against the threshold, and the ends swapped with the threshold kept: the
+        # cases tell both apart from the mistakes above, so each is named for what it is
+        lambda m, low, high: _verdict(m, m, m),
+        lambda m, low, high: _verdict(m, high, low)],
     # the contiguous strides, nonsense, and the hint's memory order given as the answer
     2: [lambda n, c, h, w: (c * h * w, h * w, w, 1), lambda n, c, h, w: (1, n, n * c, n * c * h),
         lambda n, c, h, w: (h * w * c, w * c, c, 1)],
