@@ -66,3 +66,21 @@ def test_on_a_gpu_the_search_takes_gpu_sizes_and_skips_what_it_emulates(monkeypa
     assert set(found.best) == {"float32", "float16"}
     assert {s for shape, _, _ in timed for s in shape} <= set(achievable.GPU_SIZES)
     assert all(kind == "cuda" for _, _, kind in timed)
+
+
+def test_gpu_sizes_fit_a_quarter_of_the_memory():
+    assert achievable.sizes_for("cuda", 80 * 2**30) == achievable.GPU_SIZES          # an H100
+    small = achievable.sizes_for("cuda", 8 * 2**30)                                  # a laptop GPU
+    assert max(small) == 12288 and all(3 * 4 * s * s <= 2 * 2**30 for s in small)
+    assert achievable.sizes_for("mps", 2 * 2**30) == (1024, 2048, 3072, 4096, 6144)
+
+
+def test_a_shape_that_does_not_fit_is_skipped_not_fatal(monkeypatch):
+    def fake_time(shape, dtype, device, threads, min_run_time, seed):
+        if max(shape) > 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate ...")
+        return achievable.Point(shape, float(sum(shape)), 1e-3)
+
+    monkeypatch.setattr(achievable, "_time", fake_time)
+    points, confirmed = achievable.search_dtype(torch.float32, "cpu", 0.2, 1, SMALL)
+    assert {max(p.shape) for p in points} <= {32, 48, 64} and confirmed

@@ -234,6 +234,71 @@ def test_compare_of_macs_speaks_of_unified_memory(report):
     assert "unified memory" in why and "Apple M3 Max" in why
 
 
+def test_two_macs_of_one_name_are_not_called_the_same_hardware(report):
+    a, b = card(report), card(report)
+    for c in (a, b):
+        c["device"], c["kind"] = "mps", "mps"
+        c["machine"]["cpu"] = "Apple M3 Max"
+        c["peak"], c["peak_basis"] = {}, {}
+    b["measured"]["fp32_gflops"] = 180.0
+    why = cards.compare(a, b).explain()
+    assert not any("same hardware" in line for line in why)
+    assert any("cannot tell every difference" in line for line in why)
+
+
+def test_the_gpu_probe_computes_the_theoretical_bandwidth(monkeypatch, capsys):
+    """The probe run against torch presented as a machine with an A100 and a ROCm GPU."""
+    import sys
+    from types import SimpleNamespace
+
+    props = SimpleNamespace(name="NVIDIA A100-SXM4-40GB", major=8, minor=0, total_memory=40 * 2**30,
+                            multi_processor_count=108, memory_clock_rate=1215000,
+                            memory_bus_width=5120, clock_rate=1410000)
+    fake = SimpleNamespace(
+        version=SimpleNamespace(hip=None),
+        cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 1,
+                             get_device_properties=lambda i: props,
+                             nccl=SimpleNamespace(version=lambda: (2, 21, 5))),
+        backends=SimpleNamespace(cudnn=SimpleNamespace(version=lambda: 90100)))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    exec(hardware._GPU_PROBE, {})
+    (gpu,) = json.loads(capsys.readouterr().out)["gpus"]
+    assert round(gpu["memory_gbps"]) == 1555 and gpu["clock_ghz"] == 1.41   # NVIDIA's datasheet: 1,555 GB/s
+    fake.version.hip = "6.2"   # ROCm reports its memory clock otherwise: no figure rather than a wrong one
+    exec(hardware._GPU_PROBE, {})
+    assert json.loads(capsys.readouterr().out)["gpus"][0]["memory_gbps"] is None
+
+
+def test_impossible_figures_of_every_kind_are_refused(report):
+    def refused(c):
+        return [f["item"] for f in cards.findings(c) if f["level"] == "refused"]
+
+    assert refused(card(report, peak_clock="reported", measured__fp32_gflops=9990.0)) == \
+        ["measured fp32_gflops"]                      # would need the cores at 300 GHz
+    assert refused(gpu_card(report, fp32=1e9)) == ["measured fp32_gflops"]
+    assert refused(card(report, measured__bandwidth_gbps=1e6)) == ["measured bandwidth_gbps"]
+    assert refused(card(report, measured__bandwidth_gbps=float("nan"))) == ["measured/bandwidth_gbps"]
+    mixed = card(report)
+    mixed["kind"] = "cuda"
+    assert "kind" in refused(mixed)
+    cores = card(report)
+    cores["machine"]["physical_cores"] = 64
+    assert refused(cores) == ["machine cores"]
+    fast = card(report)
+    fast["peak_clock"]["ghz"] = 100.0
+    assert refused(fast) == ["peak_clock"]
+
+
+def test_a_second_card_of_the_same_day_gets_its_own_name(report, tmp_path):
+    first = cards.save(card(report), tmp_path)
+    second = cards.save(card(report), tmp_path)
+    assert first != second and second.name.endswith("-2.json") and first.exists()
+    gpu = cards.save(gpu_card(report), tmp_path)
+    assert "_cuda-nvidia-a100" in gpu.name
+    again = cards.save(card(report), tmp_path, "card.json")
+    assert cards.save(card(report), tmp_path, "card.json") == again   # a name given: replaced
+
+
 def test_compare_of_two_device_kinds_says_so(report):
     why = cards.compare(card(report), gpu_card(report)).explain()
     assert "different kinds" in why[0]
@@ -286,7 +351,8 @@ def test_measure_fills_every_section_a_card_without_the_course_has(tmp_path):
     assert c["method"]["by"] == "torchhw card" and c["tuning"] is None and c["capstone"] is None
     assert c["measured"]["fp32_gflops"] > 0 and c["measured"]["bandwidth_gbps"] > 0
     assert c["best"]["float32"]["gflops"] > 0 and len(c["best"]["float32"]["shape"]) == 3
-    assert c["peak_basis"] and c["method"]["busy"] is None or 0 <= c["method"]["busy"] <= 1
+    assert c["peak_basis"]
+    assert c["method"]["busy"] is None or 0 <= c["method"]["busy"] <= 1
     assert cards.schema_errors(c) == []
 
 
@@ -303,8 +369,11 @@ def test_results_page_lists_every_card_and_what_was_refused(report, tmp_path, ca
     names = sorted(REFERENCE.glob("*.json"))
     assert md.count("\n| 20") == len(names), "a row per reference card"
     assert "## Refused" in md and "2026-12-03_impossible.json" in md and "impossible" in md
-    assert "data:image/png;base64," in page and "http" not in page.replace(
-        "https://", "").split("<body>")[0]   # offline: nothing fetched
+    import re
+
+    assert "data:image/png;base64," in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "offline: nothing fetched"
+    assert "@import" not in page and "url(" not in page
     assert (tmp_path / "site" / "results.png").stat().st_size > 5000
     assert "1 refused" in capsys.readouterr().out
     assert main(["cards", str(tmp_path / "nowhere")]) == 2

@@ -97,22 +97,52 @@ class Search:
         return "\n".join(lines) + f"\n\n{self.seconds:.1f} s on {self.device}, {self.threads} threads"
 
 
-def sizes_for(device: torch.device | str) -> tuple[int, ...]:
-    """The sizes M, N and K take on ``device``."""
-    return CPU_SIZES if torch.device(device).type == "cpu" else GPU_SIZES
+def sizes_for(device: torch.device | str, memory_bytes: int | None = None) -> tuple[int, ...]:
+    """The sizes M, N and K take on ``device``: on a GPU, those whose three fp32 operands take
+    at most a quarter of its memory (``memory_bytes``; asked of the device when None)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return CPU_SIZES
+    if memory_bytes is None:
+        memory_bytes = _device_memory(device)
+    if not memory_bytes:
+        return GPU_SIZES
+    fits = tuple(s for s in GPU_SIZES if 3 * 4 * s * s <= memory_bytes / 4)
+    return fits or GPU_SIZES[:1]
+
+
+def _device_memory(device: torch.device) -> int | None:
+    try:
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory
+        if device.type == "mps":  # unified memory: the machine's, shared with everything else
+            import psutil
+
+            return psutil.virtual_memory().total
+        if device.type == "xpu":
+            return torch.xpu.get_device_properties(device).total_memory
+    except (RuntimeError, AttributeError, AssertionError):
+        return None
+    return None
 
 
 def _time(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device, threads: int,
           min_run_time: float, seed: int) -> Point:
     m, n, k = shape
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g).to(device=device, dtype=dtype)
-    b = torch.randn(k, n, generator=g).to(device=device, dtype=dtype)
+    torch.manual_seed(seed)   # made on the device: a large product's operands never cross a bus
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, n, device=device).to(dtype)
     flops = 2.0 * m * n * k
     r = measure(torch.mm, a, b, label="matmul", sub_label=f"{m}x{n}x{k}", device=device,
                 description=str(dtype).replace("torch.", ""), flops=flops, threads=threads,
                 min_run_time=min_run_time)
     return Point(shape, flops / r.median / 1e9, r.median)
+
+
+def _empty_cache(device: torch.device) -> None:
+    module = getattr(torch, device.type, None)
+    if module is not None and hasattr(module, "empty_cache"):
+        module.empty_cache()
 
 
 def _neighbours(shape: tuple[int, int, int], sizes: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -138,12 +168,21 @@ def search_dtype(dtype: torch.dtype, device: torch.device | str, budget_s: float
     deadline = time.perf_counter() + budget_s
     timed: dict[tuple[int, int, int], Point] = {}
 
+    too_big: set[tuple[int, int, int]] = set()
+
     def visit(shape: tuple[int, int, int]) -> Point | None:
         if shape in timed:
             return timed[shape]
-        if time.perf_counter() > deadline and timed:
+        if shape in too_big or (time.perf_counter() > deadline and timed):
             return None
-        timed[shape] = _time(shape, dtype, device, threads, min_run_time, seed)
+        try:
+            timed[shape] = _time(shape, dtype, device, threads, min_run_time, seed)
+        except RuntimeError as err:  # torch.OutOfMemoryError is one; MPS says it in the text
+            if not isinstance(err, torch.OutOfMemoryError) and "out of memory" not in str(err):
+                raise
+            too_big.add(shape)
+            _empty_cache(device)
+            return None
         return timed[shape]
 
     # squares of growing size, until two in a row are slower than the best (past the caches)
@@ -158,15 +197,18 @@ def search_dtype(dtype: torch.dtype, device: torch.device | str, budget_s: float
                 break
         else:
             slower = 0
+    if not timed:
+        raise RuntimeError(f"no matmul of the sizes {sizes} fits on {device}")
     # then one of M, N, K at a time to a neighbouring size, from the fastest shape that still
     # has untimed neighbours, until the budget is spent or every neighbour is timed
     while time.perf_counter() < deadline:
         todo = [p for p in sorted(timed.values(), key=lambda p: -p.gflops)
-                if any(s not in timed for s in _neighbours(p.shape, sizes))]
+                if any(s not in timed and s not in too_big for s in _neighbours(p.shape, sizes))]
         if not todo:
             break
         for shape in _neighbours(todo[0].shape, sizes):
-            if shape not in timed and visit(shape) is None:
+            if shape not in timed and shape not in too_big and visit(shape) is None \
+                    and shape not in too_big:
                 break
     # the fastest of many noisy timings is biased upwards (it won partly by luck): the three
     # fastest shapes are timed again on fresh operands, and those second timings decide

@@ -40,8 +40,13 @@ from typing import Any, Sequence
 VERSION = 2
 SCHEMA = Path(__file__).with_name("card.schema.json")
 # how far a measured rate may exceed a peak derived from a measured clock before the card is
-# refused: timing noise, and a clock measured with integer work that vector work can beat
+# refused: the clock measurement varies by a few percent between runs (the boost a virtual
+# machine's host gives), and the rate's timing by as much again
 TOLERANCE = 1.15
+BANDWIDTH_TOLERANCE = 1.05  # a measured bandwidth against the theoretical rate: rounding only
+MAX_GHZ = 6.5               # no CPU core runs faster (the fastest boost to about 6.2 GHz)
+MAX_GFLOPS = 5e6            # 5 PFLOP/s: above any single device in any dtype (2026)
+MAX_GBPS = {"cpu": 2000.0, "mps": 1000.0, "cuda": 10000.0, "xpu": 10000.0}  # memory, per kind
 BUSY = 0.10  # share of the CPUs other programs used above which a card is marked busy
 KINDS = ("cpu", "cuda", "mps", "xpu")
 
@@ -72,7 +77,8 @@ def machine_summary(report: Any) -> dict[str, Any]:
         "memory_gib": round(report.memory_gib, 1),
         "gpus": [{"name": g.name, "memory_gib": round(g.memory_gib, 1),
                   "compute_capability": g.compute_capability, "sm_count": g.sm_count,
-                  "memory_gbps": getattr(g, "memory_gbps", None)} for g in report.gpus],
+                  "memory_gbps": getattr(g, "memory_gbps", None),
+                  "clock_ghz": getattr(g, "clock_ghz", None)} for g in report.gpus],
         "torch": report.torch_build.get("torch"),
         "threads": report.torch_build.get("intra-op threads"),
     }
@@ -101,11 +107,13 @@ def build(report: Any, *, device: str, peaks: dict[str, Any], measured: dict[str
     from . import __version__
 
     machine = machine_summary(report)
-    peak_values, basis, peak_clock = {}, {}, None
+    peak_values, basis, peak_clock, per_cycle = {}, {}, None, {}
     for key, value in peaks.items():
         if hasattr(value, "gflops"):  # a Peak
             peak_values[key] = value.gflops
             basis[key] = value.basis
+            if getattr(value, "flops_per_cycle", None):
+                per_cycle[key] = value.flops_per_cycle
             if getattr(value, "clock", None) is not None and value.gflops is not None:
                 peak_clock = value.clock.to_dict()
         else:
@@ -127,6 +135,8 @@ def build(report: Any, *, device: str, peaks: dict[str, Any], measured: dict[str
     }
     if peak_clock is not None:
         card["peak_clock"] = peak_clock
+    if per_cycle:
+        card["peak_per_cycle"] = per_cycle
     card["findings"] = findings(card)
     return card
 
@@ -179,43 +189,113 @@ def schema_errors(card: Any) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
 
 
+_DTYPE_KEYS = {"float32": "fp32_gflops", "bfloat16": "bf16_gflops", "float16": "fp16_gflops"}
+
+
 def _rates_against_peaks(card: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(item, rate, peak) for every measured or searched rate that has a peak."""
     out = []
     for key, rate in card["measured"].items():
         if rate and card["peak"].get(key):
             out.append((f"measured {key}", rate, card["peak"][key]))
-    names = {"float32": "fp32_gflops", "bfloat16": "bf16_gflops", "float16": "fp16_gflops"}
     for dtype, found in card.get("best", {}).items():
-        key = names.get(dtype)
+        key = _DTYPE_KEYS.get(dtype)
         if key and card["peak"].get(key):
             out.append((f"best {dtype}", found["gflops"], card["peak"][key]))
     return out
 
 
+def _numbers(value: Any, where: str = "") -> list[tuple[str, float]]:
+    """Every number in a card, with where it is, to find what JSON Schema cannot: NaN, inf."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [(where, float(value))]
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in _numbers(v, f"{where}/{k}" if where else str(k))]
+    if isinstance(value, list):
+        return [n for i, v in enumerate(value) for n in _numbers(v, f"{where}/{i}")]
+    return []
+
+
+def _refuse(item: str, short: str, text: str) -> dict[str, str]:
+    return {"level": "refused", "item": item, "short": short, "text": text}
+
+
+def _consistency(card: dict[str, Any]) -> list[dict[str, str]]:
+    """Impossible on any machine: non-finite numbers, a device and a kind that disagree, more
+    physical cores than logical ones, a clock no core reaches, a rate or bandwidth above any
+    device's."""
+    out = []
+    for where, number in _numbers(card):
+        if not math.isfinite(number):
+            out.append(_refuse(where, f"{where} is {number}", f"{where} is {number}: a figure must "
+                               f"be a finite number (a measurement that failed writes null)."))
+    try:
+        if kind_of(card["device"]) != card["kind"]:
+            out.append(_refuse("kind", "kind and device disagree",
+                               f"kind {card['kind']!r} but device {card['device']!r}: one of them is wrong."))
+    except CardError as err:
+        out.append(_refuse("device", "unknown device", str(err)))
+    m = card["machine"]
+    if (m.get("physical_cores") or 0) > m["logical_cores"]:
+        out.append(_refuse("machine cores", "more physical than logical cores",
+                           f"{m['physical_cores']} physical cores but {m['logical_cores']} logical "
+                           f"ones: every physical core is at least one logical core."))
+    for where, clk in (("machine clock", m.get("clock") or {}), ("peak_clock", card.get("peak_clock") or {})):
+        ghz = clk.get("ghz")
+        if ghz and ghz > MAX_GHZ:
+            out.append(_refuse(where, f"{ghz:.1f} GHz clock",
+                               f"{where} says {ghz:.2f} GHz: no CPU core runs above about "
+                               f"{MAX_GHZ} GHz. The clock was mismeasured or mistyped."))
+    rates = [(f"measured {k}", v) for k, v in card["measured"].items() if v] + \
+            [(f"best {d}", b["gflops"]) for d, b in card.get("best", {}).items()]
+    limit = MAX_GBPS.get(card["kind"], max(MAX_GBPS.values()))
+    for item, value in rates:
+        if not math.isfinite(value):
+            continue
+        if item.endswith("gbps") and value > limit:
+            out.append(_refuse(item, f"{value:,.0f} GB/s", f"{value:,.0f} GB/s is above what any "
+                               f"{card['kind']} memory moves ({limit:,.0f} GB/s): the buffer stayed "
+                               f"in a cache, or the timing is wrong."))
+        elif not item.endswith("gbps") and value > MAX_GFLOPS:
+            out.append(_refuse(item, f"{value:,.0f} GFLOP/s", f"{value:,.0f} GFLOP/s is above any "
+                               f"single device in any dtype ({MAX_GFLOPS:,.0f}): the timing ended "
+                               f"before the work did (a GPU not synchronised?) or the FLOP count is wrong."))
+    return out
+
+
 def findings(card: dict[str, Any]) -> list[dict[str, str]]:
     """What is implausible about ``card``: ``refused`` (impossible) or ``marked`` (explained)."""
-    out = []
+    out = _consistency(card)
     clock = card.get("peak_clock") or card["machine"].get("clock") or {}
     for item, rate, top in _rates_against_peaks(card):
         ratio = rate / top
-        if ratio <= TOLERANCE and not (item.endswith("bandwidth_gbps") and ratio > 1):
+        if not (math.isfinite(ratio) and math.isfinite(rate)):
             continue
+        name = item.split()[-1]
+        basis = card.get("peak_basis", {}).get(_DTYPE_KEYS.get(name, name), "cores x FLOP/cycle x clock")
         if item.endswith("bandwidth_gbps"):
-            out.append({"level": "refused", "item": item, "short": f"{ratio:.2f}x the theoretical bandwidth", "text":
-                        f"{rate:,.1f} GB/s is {ratio:.2f}x the memory's theoretical "
-                        f"{top:,.1f} GB/s: no memory moves faster than its theoretical rate. The "
-                        f"buffer probably fitted in a cache (measure with a larger one: "
-                        f"bench.beyond_cache) or the theoretical rate is wrong."})
-        elif clock.get("kind") == "measured":
-            out.append({"level": "refused", "item": item, "short": f"{item} {ratio:.2f}x its peak", "text":
-                        f"{rate:,.1f} GFLOP/s is {ratio:.2f}x the derived peak {top:,.1f} "
-                        f"({card.get('peak_basis', {}).get(item.split()[-1], 'cores x FLOP/cycle x clock')}), "
-                        f"whose clock was measured: more than {TOLERANCE}x is impossible. Either the "
-                        f"FLOP per cycle torchhw.peak assumes for this CPU is too low (report the CPU "
-                        f"with this card) or the timing is wrong (measure again: torchhw card)."})
+            if ratio > BANDWIDTH_TOLERANCE:
+                out.append(_refuse(item, f"{ratio:.2f}x the theoretical bandwidth",
+                                   f"{rate:,.1f} GB/s is {ratio:.2f}x the memory's theoretical "
+                                   f"{top:,.1f} GB/s: no memory moves faster than its theoretical rate. The "
+                                   f"buffer probably fitted in a cache (measure with a larger one: "
+                                   f"bench.beyond_cache) or the theoretical rate is wrong."))
+            continue
+        if ratio <= TOLERANCE:
+            continue
+        implied = (clock.get("ghz") or 0) * ratio
+        if clock.get("kind") in ("measured", "given", "boost") or implied > MAX_GHZ:
+            why = ("whose clock was measured" if clock.get("kind") == "measured" else
+                   f"which would need the cores at {implied:.1f} GHz" if implied > MAX_GHZ else
+                   f"whose clock is the {clock.get('kind')} one")
+            out.append(_refuse(item, f"{item} {ratio:.2f}x its peak",
+                               f"{rate:,.1f} GFLOP/s is {ratio:.2f}x the derived peak {top:,.1f} "
+                               f"({basis}), {why}: more than {TOLERANCE}x is impossible. Either the "
+                               f"FLOP per cycle torchhw.peak assumes for this CPU is too low (report the CPU "
+                               f"with this card) or the timing is wrong (measure again: torchhw card)."))
         else:
-            implied = (clock.get("ghz") or 0) * ratio
             out.append({"level": "marked", "item": item,
                         "short": f"{item} {ratio:.2f}x the peak from the reported clock: cores at {implied:.2f} GHz or more",
                         "text": f"{rate:,.1f} GFLOP/s is {ratio:.2f}x the peak {top:,.1f}, which used the "
@@ -260,16 +340,36 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
 
 
-def save(card: dict[str, Any], folder: str | Path, name: str | None = None) -> Path:
-    """Check ``card`` and write it as ``<folder>/<created>_<machine>.json`` (or ``name``).
+def file_name(card: dict[str, Any]) -> str:
+    """``<created>_<machine>[_<device>].json``: the device is named where it is not the CPU, so a
+    GPU node's CPU card and its GPU card get two names."""
+    name = f"{card['created']}_{slug(card['machine']['name'])}"
+    if card.get("kind", "cpu") != "cpu":
+        gpu = _gpu(card) if card.get("kind") in ("cuda", "xpu") else None
+        name += f"_{card['kind']}-{slug(gpu['name'])}" if gpu else f"_{card['kind']}"
+    return name + ".json"
 
-    A card that fails the check is not written under that name: it is kept beside it as
-    ``NAME.refused`` (so nothing measured is lost) and :class:`CardError` says why.
+
+def save(card: dict[str, Any], folder: str | Path, name: str | None = None) -> Path:
+    """Check ``card`` and write it into ``folder``; return the path.
+
+    Without ``name`` it is written as :func:`file_name`, and never over another file: a second
+    card of the same machine on the same day gets ``-2``, ``-3``... (a reference card is not
+    replaced by accident). A ``name`` given is written as given, replacing what was there
+    (``torchhw run`` keeps its run's card as ``card.json``). A card that fails the check is not
+    written under that name: it is kept beside it as ``NAME.refused`` (so nothing measured is
+    lost) and :class:`CardError` says why.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    name = name or f"{card['created']}_{slug(card['machine']['name'])}.json"
-    path = folder / name
+    if name:
+        path = folder / name
+    else:
+        path = folder / file_name(card)
+        n = 2
+        while path.exists():
+            path = folder / f"{file_name(card)[:-5]}-{n}.json"
+            n += 1
     text = json.dumps({k: v for k, v in card.items() if k != "path"}, indent=1) + "\n"
     try:
         check(card, str(path))
@@ -402,17 +502,32 @@ def hardware(card: dict[str, Any]) -> dict[str, Any]:
     m, kind = card["machine"], card["kind"]
     if kind == "cpu":
         clock = m.get("clock") or {}
+        l3 = (m.get("caches") or {}).get("L3")
         return {"CPU": m["cpu"], "cores": _cores(m), "clock GHz": clock.get("ghz"),
-                "clock kind": clock.get("kind"), "instruction sets": sorted(m["isa"]),
-                "torch kernels": m.get("torch_kernels"), "memory GiB": m["memory_gib"]}
+                "clock kind": clock.get("kind"), "reported clock GHz": m.get("clock_ghz"),
+                "fp32 FLOP/cycle per core": _per_cycle(card, "fp32_gflops"),
+                "instruction sets": sorted(m["isa"]), "torch kernels": m.get("torch_kernels"),
+                "L3 MiB": round(l3 / 2**20) if l3 else None, "memory GiB": m["memory_gib"]}
     if kind == "mps":
         return {"chip": m["cpu"], "unified memory GiB": m["memory_gib"], "cores": _cores(m)}
     gpu = _gpu(card) or {}
     cc = _cc(gpu)
     return {"GPU": gpu.get("name"), "compute capability": gpu.get("compute_capability"),
             "tensor-core formats": _formats(cc) if kind == "cuda" else [],
-            "SMs": gpu.get("sm_count"), "memory GiB": gpu.get("memory_gib"),
+            "SMs": gpu.get("sm_count"), "SM clock GHz": gpu.get("clock_ghz"),
+            "memory GiB": gpu.get("memory_gib"),
             "memory GB/s (theoretical)": gpu.get("memory_gbps")}
+
+
+def _per_cycle(card: dict[str, Any], key: str) -> float | None:
+    """FLOP per cycle per core the card's peak assumed: recorded, or worked back from the peak."""
+    recorded = card.get("peak_per_cycle", {}).get(key)
+    if recorded:
+        return recorded
+    m, top = card["machine"], card["peak"].get(key)
+    ghz = (card.get("peak_clock") or m.get("clock") or {}).get("ghz")
+    cores = min(m.get("threads") or _cores(m), _cores(m))
+    return round(top / (cores * ghz)) if top and ghz and cores else None
 
 
 def _peak_ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> float | None:
@@ -457,7 +572,8 @@ class Comparison:
         for key in list(ha) + [k for k in hb if k not in ha]:
             va, vb = ha.get(key), hb.get(key)
             numeric = key in ("cores", "clock GHz", "memory GiB", "SMs", "unified memory GiB",
-                              "memory GB/s (theoretical)")
+                              "memory GB/s (theoretical)", "SM clock GHz", "L3 MiB",
+                              "fp32 FLOP/cycle per core", "reported clock GHz")
             out.append(("hardware", key, _fmt(va), _fmt(vb), _ratio(va, vb) if numeric else ""))
         out.append(("software", "torch", _fmt(a["machine"].get("torch")), _fmt(b["machine"].get("torch")), ""))
         out.append(("software", "threads", _fmt(a["machine"].get("threads")), _fmt(b["machine"].get("threads")), ""))
@@ -504,9 +620,12 @@ class Comparison:
                 lines.append(f"chips: {ha['chip']} against {hb['chip']}, with {ha['unified memory GiB']} "
                              f"and {hb['unified memory GiB']} GiB of unified memory, which CPU and GPU "
                              f"share (no copies over a bus; the GPU may use most of it).")
+            lines.append("an Apple card records the chip's name, memory and CPU cores only: two Macs "
+                         "of one name can differ in GPU cores and memory bandwidth (an M3 Max has 30 "
+                         "or 40 GPU cores), so the cards cannot tell every difference in hardware.")
         else:
             lines += self._gpu(ha, hb, differ)
-        if a["kind"] == b["kind"] and not differ:
+        if a["kind"] == b["kind"] != "mps" and not differ:
             lines.append("the two devices report the same hardware: the differences below are "
                          "noise, load from other programs, or software versions.")
         lines += self._against_hardware()
@@ -534,6 +653,14 @@ class Comparison:
             lines.append(f"cores: {ha['cores']} against {hb['cores']}. Compute-bound work (large "
                          f"matmuls, convolutions) scales with cores, up to {hb['cores'] / ha['cores']:.2g}x "
                          f"from that alone; small steps scale less.")
+        key = "fp32 FLOP/cycle per core"
+        if key in differ and ha[key] and hb[key]:
+            lines.append(f"vector width: {ha[key]:g} against {hb[key]:g} fp32 FLOP per cycle per core "
+                         f"(the FMA units the peaks assume): {hb[key] / ha[key]:.2f}x the arithmetic "
+                         f"per cycle, from the cores' design, not their clock.")
+        if "L3 MiB" in differ and ha["L3 MiB"] and hb["L3 MiB"]:
+            lines.append(f"L3 cache: {ha['L3 MiB']} against {hb['L3 MiB']} MiB: a working set between "
+                         f"the two fits in one and not the other.")
         if "clock GHz" in differ and ha["clock GHz"] and hb["clock GHz"]:
             ratio = hb["clock GHz"] / ha["clock GHz"]
             sure = ha["clock kind"] == hb["clock kind"] == "measured"
@@ -542,7 +669,9 @@ class Comparison:
                          (f"every core does {ratio:.2f}x the work per second" +
                           (". The CPU, its cores and instruction sets are the same, so this is the "
                            "boost each run found (the host's load, temperature, a cloud's other "
-                           "tenants), not other hardware." if not differ & {"CPU", "cores", "instruction sets"}
+                           "tenants), not other hardware." if not differ & {
+                               "CPU", "cores", "instruction sets", "L3 MiB", "reported clock GHz",
+                               "fp32 FLOP/cycle per core"}
                            else ".") if sure else
                           f"{ratio:.2f}x, but a reported clock is often the base clock, below what "
                           f"the cores run at, so the real ratio is not known from the cards."))
@@ -574,8 +703,16 @@ class Comparison:
                          f"{hb['compute capability']}" + (f": {'; '.join(extra)}, so the dtypes "
                                                           f"and knobs that use them gain there only." if extra else "."))
         if "SMs" in differ and ha["SMs"] and hb["SMs"]:
-            lines.append(f"SMs: {ha['SMs']} against {hb['SMs']} ({hb['SMs'] / ha['SMs']:.2f}x the "
-                         f"units for compute-bound kernels, at their clocks).")
+            same_arch = ha["compute capability"] == hb["compute capability"]
+            lines.append(f"SMs: {ha['SMs']} against {hb['SMs']} ({hb['SMs'] / ha['SMs']:.2f}x)" +
+                         (": within one architecture, compute-bound kernels scale with SMs x clock."
+                          if same_arch else
+                          ". What one SM does per cycle differs between architectures (an A100's "
+                          "SM has 64 fp32 lanes, an H100's 128), so this ratio is not a ratio of "
+                          "throughput."))
+        if "SM clock GHz" in differ and ha["SM clock GHz"] and hb["SM clock GHz"]:
+            lines.append(f"SM clock (the maximum the GPU reports): {ha['SM clock GHz']:.2f} against "
+                         f"{hb['SM clock GHz']:.2f} GHz.")
         key = "memory GB/s (theoretical)"
         if key in differ and ha[key] and hb[key]:
             lines.append(f"memory bandwidth (theoretical): {ha[key]:,.0f} against {hb[key]:,.0f} GB/s "
@@ -604,6 +741,11 @@ class Comparison:
             got = vb / va
             want, basis = _expected(a, b, key)
             if want is None:
+                if a["kind"] in ("cuda", "xpu", "mps") and not key.endswith("bandwidth_gbps"):
+                    lines.append(f"{item}: B/A {got:.2f}x. No FLOP peak is derived for a GPU here "
+                                 f"(no table of what each architecture's units do per cycle), so "
+                                 f"how much of this the hardware explains is not known from the cards.")
+                    continue
                 if key.endswith("bandwidth_gbps"):
                     lines.append(f"{item}: {va:,.1f} against {vb:,.1f} GB/s ({got:.2f}x). Memory-"
                                  f"bound work (element-wise ops, small batches, data loading) "

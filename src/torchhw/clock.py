@@ -10,12 +10,15 @@ nothing else), while the cores boost above it: a measured matmul then beats its 
 
 The measurement times a chain of dependent integer multiplications (``imul rax, rax``), each of
 which waits for the one before it, so the chain runs at the instruction's latency: 3 cycles on
-every x86-64 core of the last fifteen years (Intel since Core 2, AMD since Zen). Cycles / seconds
-is the clock. A chain of dependent adds (1 cycle each) is timed too, as a check: where the two
+Intel's cores since Nehalem (2008) and AMD's since Zen (Core 2, Bulldozer and Atom differ).
+Cycles / seconds is the clock. A chain of dependent adds (1 cycle each) is timed too, as a check: where the two
 disagree by more than 5% (a core with other latencies), the measurement is not used. The chain is
 a few bytes of machine code run through ctypes, which releases the GIL, so ``threads`` copies run
 at once, one per core, the way a matmul's threads load every core; the slowest core's clock is the
-one an all-core peak may use. Best of several short runs: a run the scheduler interrupts counts
+one an all-core peak may use. (On a hybrid Intel CPU the slowest may be an efficiency core,
+whose vector units differ too: its peak is then only an estimate.) More threads than physical
+cores are not run: two SMT threads of one core would each run a latency-bound chain at full speed
+and count the core twice. Best of several short runs: a run the scheduler interrupts counts
 fewer cycles per second, never more, so the best run is the clock.
 
 Only x86-64 is measured; elsewhere (Apple silicon, Arm servers) :func:`best` takes the boost
@@ -136,7 +139,15 @@ def measure(threads: int = 1, seconds: float = 0.01, repeats: int = 15) -> Clock
     if not supported():
         raise RuntimeError(f"the clock can be measured on x86-64 only (this is "
                            f"{platform.machine()}), with executable memory allowed")
+    import os
+
     threads = max(1, int(threads))
+    try:
+        import psutil
+
+        threads = min(threads, psutil.cpu_count(logical=False) or threads)
+    except ImportError:  # psutil is a dependency; this only guards a stripped install
+        threads = min(threads, os.cpu_count() or threads)
     single = {name: _rate(*_chains()[name], seconds, repeats) / 1e9 for name in ("imul", "add")}
     if abs(single["imul"] / single["add"] - 1) > 0.05:
         raise RuntimeError(f"the two chains disagree ({single['imul']:.2f} GHz from imul, "

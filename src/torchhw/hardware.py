@@ -67,6 +67,7 @@ class GPUInfo:
     sm_count: int
     # theoretical memory bandwidth: 2 transfers per memory clock x bus width (None: not reported)
     memory_gbps: float | None = None
+    clock_ghz: float | None = None  # the maximum SM clock the GPU reports
 
 
 @dataclass(repr=False)
@@ -228,6 +229,14 @@ def cpu_info() -> CPUInfo:
 
 _GPU_PROBE = r"""
 import json, torch
+
+def theoretical_gbps(p):
+    # NVIDIA reports the memory clock in kHz and the bus width in bits; DDR memories (GDDR and
+    # HBM alike) move data twice per clock. ROCm's properties do not follow this convention.
+    if getattr(torch.version, "hip", None) or not getattr(p, "memory_bus_width", 0):
+        return None
+    return 2 * p.memory_clock_rate * 1e3 * p.memory_bus_width / 8 / 1e9
+
 out = {"gpus": [], "cudnn": None, "nccl": None}
 if torch.cuda.is_available():
     for i in range(torch.cuda.device_count()):
@@ -235,8 +244,7 @@ if torch.cuda.is_available():
         out["gpus"].append(dict(index=i, name=p.name, memory_gib=p.total_memory / 2**30,
                                 compute_capability=f"{p.major}.{p.minor}",
                                 sm_count=p.multi_processor_count,
-                                memory_gbps=(2 * p.memory_clock_rate * 1e3 * p.memory_bus_width / 8 / 1e9
-                                             if getattr(p, "memory_bus_width", 0) else None)))
+                                memory_gbps=theoretical_gbps(p), clock_ghz=getattr(p, "clock_rate", 0) / 1e6 or None))
     out["cudnn"] = torch.backends.cudnn.version()
     try:
         v = torch.cuda.nccl.version()

@@ -44,6 +44,12 @@ class Peak:
         return f"{self.dtype} peak: {self.gflops:,.0f} GFLOP/s = {self.basis}"
 
 
+# Intel's client cores with AVX-512, which have one 512-bit FMA unit: Ice Lake (0x7D, 0x7E),
+# Tiger Lake (0x8C, 0x8D), Rocket Lake (0xA7). A virtual machine may report any model number, so
+# a CPU that also reports AMX (server cores only) is taken as a server core whatever it reports.
+_INTEL_CLIENT_AVX512 = {0x7D, 0x7E, 0x8C, 0x8D, 0xA7}
+
+
 def _fp32_flops_per_cycle(cpu: CPUInfo) -> tuple[int | None, str]:
     """fp32 FLOP per cycle per core from the vector FMA units, where the core is known."""
     isa = cpu.isa
@@ -57,10 +63,14 @@ def _fp32_flops_per_cycle(cpu: CPUInfo) -> tuple[int | None, str]:
                 return 32, "Zen 4: 2 FMA units x 256 bit (AVX-512 runs as two halves)"
             return 32, "Zen 3: 2 FMA units x 256 bit"
         if cpu.family == 0x1A:
-            return 64, "Zen 5: 2 FMA units x 512 bit (laptop parts: half that)"
+            return 64, ("Zen 5: 2 FMA units x 512 bit; an upper bound: laptop parts have a "
+                        "256-bit datapath and reach half")
     if cpu.vendor == "GenuineIntel":
+        if isa.get("avx512f") and not isa.get("amx_tile") and cpu.model_number in _INTEL_CLIENT_AVX512:
+            return 32, "Intel client core with AVX-512 (Ice Lake, Tiger Lake, Rocket Lake): 1 FMA unit x 512 bit"
         if isa.get("avx512f"):
-            return 64, "Intel AVX-512: 2 FMA units x 512 bit (some Xeon Silver/Bronze: 1 unit)"
+            return 64, ("Intel AVX-512: 2 FMA units x 512 bit; an upper bound: Xeon Silver and "
+                        "Bronze parts with one unit reach half")
         if isa.get("avx2") and isa.get("fma"):
             return 32, "Intel AVX2: 2 FMA units x 256 bit"
     return None, f"no table entry for {cpu.model!r} ({cpu.vendor or cpu.arch})"
@@ -90,7 +100,9 @@ def flops(cpu: CPUInfo | None = None, dtype: torch.dtype = torch.float32,
     cpu = cpu or cpu_info()
     name = str(dtype).replace("torch.", "")
     per_cycle, why = _fp32_flops_per_cycle(cpu)
-    cores = cores or cpu.physical_cores or cpu.logical_cores
+    # SMT threads share their core's FMA units: more threads than cores add no peak
+    cores = min(cores or cpu.physical_cores or cpu.logical_cores,
+                cpu.physical_cores or cpu.logical_cores)
     if per_cycle is None:
         return Peak(name, None, why)
     if clock is None:

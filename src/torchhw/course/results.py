@@ -64,14 +64,23 @@ def row(card: dict[str, Any]) -> dict[str, str]:
     """A card's cells, by column."""
     m, peak, measured, best = card["machine"], card["peak"], card["measured"], card["best"]
     clock = m.get("clock") or {}
-    device = card["device"] if card["kind"] != "cpu" else f"cpu, {_widest(m['isa'])}"
     tuning, capstone = card["tuning"] or {}, card["capstone"] or {}
+    if card["kind"] == "cpu":
+        machine, device = m["name"], f"cpu, {_widest(m['isa'])}"
+        cores = str(m.get("physical_cores") or m["logical_cores"])
+        ghz = f"{clock['ghz']:.2f} {clock['kind']}" if clock.get("ghz") else "-"
+    else:   # the device's own figures; the host CPU in brackets
+        hw = cardlib.hardware(card)
+        name = hw.get("GPU") or hw.get("chip") or card["device"]
+        machine, device = f"{name} (host: {m['name']})", card["device"]
+        cores = f"{hw['SMs']} SMs" if hw.get("SMs") else "-"
+        ghz = f"{hw['SM clock GHz']:.2f} SM" if hw.get("SM clock GHz") else "-"
     return {
         "date": card["created"],
-        "machine": m["name"],
+        "machine": machine,
         "device": device,
-        "cores": str(m.get("physical_cores") or m["logical_cores"]),
-        "clock GHz": f"{clock['ghz']:.2f} {clock['kind']}" if clock.get("ghz") else "-",
+        "cores": cores,
+        "clock GHz": ghz,
         "fp32 peak": _num(peak.get("fp32_gflops")),
         "fp32 best": _num(best.get("float32", {}).get("gflops")),
         "fp32 at n=512": _num(measured.get("fp32_gflops")),
