@@ -57,3 +57,15 @@ def test_the_peak_uses_the_measured_clock_for_this_machine_only(monkeypatch):
     assert described.gflops == 2 * 32 * 2.0 and "reported" in described.basis
     given = peak.flops(cpu(2.0), clock=3.0)
     assert given.gflops == 2 * 32 * 3.0 and given.clock.kind == "given"
+
+
+def test_intel_client_cores_have_one_fma_unit_and_smt_adds_no_peak():
+    def intel(model, **flags):
+        return CPUInfo("Intel", "GenuineIntel", "x86_64", 8, 4, 3.0, "test", 6, model,
+                       {"avx2": True, "fma": True, "avx512f": True, **flags}, local=False)
+
+    tiger = peak.flops(intel(0x8C))                      # Tiger Lake laptop: one 512-bit unit
+    assert tiger.flops_per_cycle == 32 and "client" in tiger.basis
+    masked = peak.flops(intel(0xA7, amx_tile=True))       # a VM's model number, but AMX: a server
+    assert masked.flops_per_cycle == 64 and "upper bound" in masked.basis
+    assert peak.flops(intel(0x8F), cores=8).cores == 4    # 8 threads on 4 cores: 4 cores' peak

@@ -566,3 +566,75 @@ def test_a_stop_that_would_outlast_its_grace_is_warned_of(monkeypatch):
     text = check(saver)
     assert "may need 9 s (10 steps, then a checkpoint of 7 s)" in text and "stop_grace_s" in text
     assert check(saver) == ""                            # once
+
+
+WATCHDOG = """
+import os, signal, sys, time
+from torchhw.distributed import train
+flag = train.StopFlag()
+flag.expect(between_checks_s=0.1, grace_s=30)   # checks every 0.1 s: wait 5 s for the next
+assert flag.wait_s == 5.0
+flag.wait_s = 0.3
+os.kill(os.getpid(), signal.SIGTERM)
+if sys.argv[1] == "reached":
+    flag.acknowledged = True        # the loop reached its check: it saves, nothing gives up
+time.sleep(2)
+print("lived")
+"""
+
+
+@pytest.mark.parametrize("case", ["stuck", "reached"])
+def test_a_worker_that_cannot_reach_its_stop_check_exits_without_waiting_out_the_grace(case):
+    """torchrun restarts workers with SIGTERM; one stuck in a collective with a dead peer would
+    otherwise hold its node for the whole grace before the SIGKILL, at every restart."""
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", WATCHDOG, case], capture_output=True, text=True,
+                          timeout=60)
+    if case == "stuck":
+        assert done.returncode == 128 + signal.SIGTERM, done.stderr
+        assert "no stop check reached" in done.stdout + done.stderr
+        assert time.monotonic() - start < 10
+    else:
+        assert done.returncode == 0 and "lived" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("restarts, requeued", [(1, True), (2, False)])
+def test_the_slurm_script_stops_requeueing_after_max_requeues(tmp_path, restarts, requeued):
+    """A job that never gets on (a hang before its first checkpoint, a stall) would otherwise
+    be requeued at every notice for ever, holding its nodes."""
+    script = jobs.slurm_script(jobs.Job("x", max_requeues=2))
+    finish = re.search(r"^finish\(\) \{.*?^\}$", script, re.S | re.M).group(0)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    marker = tmp_path / "stopped"
+    marker.write_text("stopped with the checkpoint of step 40\n")
+    test = (f'stopped={marker}; noticed=1; max_requeues=2; SLURM_JOB_ID=7; '
+            f'SLURM_RESTART_COUNT={restarts}\n{finish}\nfinish 1\n')
+    done = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    calls = (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
+    if requeued:
+        assert done.returncode == 0 and calls == "requeue 7\n", done.stdout + done.stderr
+    else:
+        assert done.returncode == 1 and calls == "" and "Resubmit" in done.stdout, done.stdout
+
+
+def test_the_notice_leaves_time_for_the_grace_and_the_marker_wait():
+    with pytest.raises(ValueError, match="wait for the stop marker"):
+        jobs.Job("x", notice_s=120, stop_grace_s=100)   # 100 + 30 s of looking for the marker
+    jobs.Job("x", notice_s=120, stop_grace_s=80)
+    assert "export TORCH_NCCL_DUMP_ON_TIMEOUT=1" in jobs.slurm_script(jobs.Job("x"))
+
+
+def test_the_gang_scheduler_is_named_or_left_out_and_gpu_pods_tolerate_the_taint():
+    gpu = jobs.Job("x", gpus_per_node=8, image="localhost:5000/digits@sha256:" + "0" * 64)
+    for manifest in (jobs.pytorchjob_yaml(gpu), jobs.trainjob_yaml(gpu)):
+        assert "schedulerName: scheduler-plugins-scheduler" in manifest
+        assert "key: nvidia.com/gpu" in manifest and "Pending" in manifest.split("\n\n")[0]
+    plain = jobs.Job("x", gang_scheduler=None, image="localhost:5000/digits@sha256:" + "0" * 64)
+    for manifest in (jobs.pytorchjob_yaml(plain), jobs.trainjob_yaml(plain)):
+        body = "\n".join(l for l in manifest.splitlines() if not l.startswith("#"))
+        assert "schedulerName" not in body and "schedulingPolicy" not in body
+        assert "coscheduling" not in body and "tolerations" not in body

@@ -75,12 +75,15 @@ class Job:
     notice_s: int = 120                    # the time-limit notice, seconds before the end
     stop_grace_s: int = 60                 # a stopped worker's time to finish a step and save
     max_restarts: int = 3                  # after a failure; see DRILL_RESTARTS for what counts
+    max_requeues: int = 20                 # Slurm: runs after the first, ended by a notice or a stop
     shared_dir: str = "/shared"            # code, checkpoints and logs: a volume every node mounts
     script: str | None = None              # the training script, on shared_dir or in the image
     args: list[str] | None = None
     setup: list[str] | None = None         # Slurm: the environment each node needs
     image: str | None = None               # Kubernetes: torch, torchhw and (if not mounted) the code
-    gang_scheduler: str = "scheduler-plugins-scheduler"  # Kubernetes: the gang scheduler's name
+    # Kubernetes: the gang scheduler's name (scheduler-plugins' coscheduling, as it usually runs);
+    # None: the default scheduler, and no gang (the manifests' first comment says what that costs)
+    gang_scheduler: str | None = "scheduler-plugins-scheduler"
     deadline_s: int | None = None          # Kubernetes: activeDeadlineSeconds (queueing counts)
     partition: str | None = None
     stop_marker: str | None = None         # written when a stop signal ended in a checkpoint
@@ -116,9 +119,13 @@ class Job:
             raise ValueError(f"deadline_s {self.deadline_s} is not longer than the time limit "
                              f"({self.time_limit_s} s): a Kubernetes deadline counts the time in "
                              f"the queue too; give the training time plus the wait you accept")
-        if self.stop_grace_s >= self.notice_s:
-            raise ValueError(f"stop_grace_s ({self.stop_grace_s}) must be shorter than the "
-                             f"notice ({self.notice_s} s): the checkpoint must be written in time")
+        if self.stop_grace_s + MARKER_WAIT_S >= self.notice_s:
+            raise ValueError(f"stop_grace_s ({self.stop_grace_s}) plus the {MARKER_WAIT_S} s the "
+                             f"Slurm script may wait for the stop marker on a network file system "
+                             f"must be shorter than the notice ({self.notice_s} s): the checkpoint "
+                             f"and the requeue must both happen before the time limit")
+        if self.max_requeues < 0:
+            raise ValueError(f"max_requeues {self.max_requeues}: give 0 or more")
 
     @property
     def time_limit_s(self) -> int:
@@ -198,10 +205,15 @@ _NETWORK = [
     "# compute it there, e.g. srun ... bash -c 'exec torchrun --local-addr=\"$(hostname -i)\" ...'.",
     "# For a hang: NCCL's flight recorder keeps each rank's last collectives (on by default in",
     "# torch 2.13: TORCH_FR_BUFFER_SIZE, once TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 entries) and can write them out when the watchdog",
-    "# times out (TORCH_NCCL_DUMP_ON_TIMEOUT); this puts the files with the logs, for `torchfrtrace`:",
+    "# times out (TORCH_NCCL_DUMP_ON_TIMEOUT, set below); this puts the files with the logs, for `torchfrtrace`:",
     "# export TORCH_FR_DUMP_TEMP_FILE=\"$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_\"",
+    "export TORCH_NCCL_DUMP_ON_TIMEOUT=1   # as the Kubernetes files: dump on a watchdog time-out",
 ]
 
+
+# How long the Slurm script looks for the stop marker after a failed step (6 x 5 s): on a
+# network file system rank 0's file can take seconds to show on another node.
+MARKER_WAIT_S = 30
 
 # How long an agent waits for the rendezvous store, which the first node's (worker-0's) torchrun
 # hosts: c10d's read_timeout, 60 s by default, is shorter than a cold node's start (an image
@@ -274,6 +286,7 @@ def slurm_script(job: Job) -> str:
         f"stopped={_shell_word(job.stop_marker)}  # the workers write it once they have saved on a stop signal",
         'export TRAIN_STOP_MARKER="$stopped"     # where: the course\'s train.py reads it',
         'rm -f "$stopped"',
+        f"max_requeues={job.max_requeues}  # a job requeued this often (SLURM_RESTART_COUNT) ends instead",
         "noticed=\"\"  # set by the notice: near the time limit, an unfinished run is requeued anyway",
         "finish() {  # after the step: requeue a stopped run, else end with the step's status",
         '  if [ "$1" != 0 ]; then  # rank 0 may have written the marker on another node: on a network',
@@ -288,6 +301,11 @@ def slurm_script(job: Job) -> str:
         '    echo "stopped by the notice, without a new checkpoint" > "$stopped"',
         "  fi",
         '  if [ -e "$stopped" ]; then',
+        '    if [ "${SLURM_RESTART_COUNT:-0}" -ge "$max_requeues" ]; then  # a job that never gets on',
+        '      echo "$(date +%T) $(cat "$stopped"), but requeued $max_requeues times already: not again." \\',
+        '           "Resubmit to go on from the last checkpoint (max_requeues)"',
+        '      exit 1',
+        '    fi',
         '    echo "$(date +%T) $(cat "$stopped"): requeueing"',
         '    scontrol requeue "$SLURM_JOB_ID"',
         "    exit 0",
@@ -353,6 +371,16 @@ def _env(job: Job) -> list[dict[str, str]]:
             {"name": "TORCH_NCCL_DUMP_ON_TIMEOUT", "value": "1"}]
 
 
+def _scheduling(job: Job) -> dict[str, Any]:
+    """The pod spec's scheduler, and the toleration GPU nodes' usual taint needs."""
+    out: dict[str, Any] = {"schedulerName": job.gang_scheduler} if job.gang_scheduler else {}
+    if job.gpus_per_node:
+        # GPU pools are often tainted so that only GPU work lands there; where the cluster
+        # does not add this toleration itself (ExtendedResourceToleration), the pods would wait
+        out["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return out
+
+
 def _resources(job: Job) -> dict[str, Any]:
     quantities: dict[str, Any] = {"cpu": str(job.cpus_per_node), "memory": f"{job.memory_gib}Gi"}
     if job.gpus_per_node:
@@ -381,7 +409,7 @@ def pytorchjob(job: Job) -> dict[str, Any]:
             "template": {"spec": {
                 # SIGTERM at eviction, then this long before SIGKILL: a step and a checkpoint
                 "terminationGracePeriodSeconds": job.stop_grace_s + 15,
-                "schedulerName": job.gang_scheduler,
+                **_scheduling(job),
                 "containers": [{
                     "name": "pytorch",  # the operator looks for this container name
                     "image": job.pinned_image(),
@@ -414,8 +442,9 @@ def pytorchjob(job: Job) -> dict[str, Any]:
             # PastBackoffLimit), so max_restarts restarts need one more
             "runPolicy": {"backoffLimit": job.max_restarts + 1, "cleanPodPolicy": "Running",
                           **_deadline(job),
-                          "schedulingPolicy": {"minAvailable": job.nodes,
-                                               "scheduleTimeoutSeconds": 600}},
+                          **({"schedulingPolicy": {"minAvailable": job.nodes,
+                                                   "scheduleTimeoutSeconds": 600}}
+                             if job.gang_scheduler else {})},
             "pytorchReplicaSpecs": {"Worker": worker()},
         },
     }
@@ -464,6 +493,11 @@ _K8S_NETWORK = [
     "#   securityContext.capabilities.add: [IPC_LOCK]  (NCCL pins memory for RDMA)",
     "#   env: NCCL_IB_HCA, NCCL_SOCKET_IFNAME, and NCCL_DEBUG=INFO once to see what NCCL chose",
     "# and, for a job that must survive losing the first pod, a rendezvous host outside the job.",
+    "# Scheduling: the pods name a gang scheduler (Job.gang_scheduler, scheduler-plugins'",
+    "# coscheduling as 'scheduler-plugins-scheduler'). On a cluster that does not run one under",
+    "# that name they stay Pending and no event says why: give your scheduler's name, or",
+    "# gang_scheduler=None for the default scheduler (then one node's pod may start and hold its",
+    "# GPUs while the other waits). GPU pods tolerate the usual nvidia.com/gpu taint.",
 ]
 
 
@@ -501,7 +535,8 @@ def training_runtime(job: Job) -> dict[str, Any]:
                      "labels": {"trainer.kubeflow.org/framework": "torch"}},
         "spec": {
             "mlPolicy": {"numNodes": job.nodes, "torch": {}},
-            "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 600}},
+            **({"podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 600}}}
+               if job.gang_scheduler else {}),
             "template": {"spec": {
                 "failurePolicy": {"maxRestarts": job.max_restarts, "rules": [
                     {"name": "disruptions-are-free", "action": "RestartJobSetAndIgnoreMaxRestarts",
@@ -524,7 +559,7 @@ def training_runtime(job: Job) -> dict[str, Any]:
                             "restartPolicy": "Never",
                             # the coscheduling plugin labels the pods but names no scheduler: unless
                             # it is the cluster's default one, name it, or there is no gang
-                            "schedulerName": job.gang_scheduler,
+                            **_scheduling(job),
                             "terminationGracePeriodSeconds": job.stop_grace_s + 15,
                             "containers": [{"name": "node", "image": job.pinned_image(),
                                             "imagePullPolicy": job.pull_policy(),

@@ -139,10 +139,30 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.signal: int | None = _EARLY_STOP[0] if _EARLY_STOP else None  # one before main()
+        # How long the loop may take to reach its next stop check after the signal. torchrun
+        # stops the workers of every node with SIGTERM when it restarts them after a fault, and
+        # a worker stuck in a collective with a dead peer never reaches the check: without a
+        # limit it would sit out torchrun's whole grace before the SIGKILL, on every node, at
+        # every restart. The loop sets it from the time between its checks (StopFlag.expect).
+        self.wait_s = float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")) / 2
+        self.acknowledged = False  # the ranks agreed to stop: saving, not stuck
         signal.signal(signal.SIGTERM, self._set)
 
     def _set(self, signum: int, frame: object) -> None:
         self.signal = signum  # only a flag: a signal handler must not start a collective
+        threading.Thread(target=self._give_up, args=(self.wait_s,), daemon=True).start()
+
+    def expect(self, between_checks_s: float, grace_s: float) -> None:
+        """The loop's checks come every ``between_checks_s``: wait twice that (at least 5 s,
+        less than the grace) for the next one before giving up."""
+        self.wait_s = min(max(5.0, 2 * between_checks_s), max(1.0, grace_s - 1))
+
+    def _give_up(self, wait_s: float) -> None:
+        time.sleep(wait_s)
+        if not self.acknowledged:
+            say(f"stop signal, and no stop check reached in {wait_s:.0f} s (stuck in a collective "
+                f"with a peer that died?): exiting without a checkpoint")
+            os._exit(128 + signal.SIGTERM)
 
     @property
     def name(self) -> str:
@@ -175,7 +195,7 @@ def place(args: argparse.Namespace) -> tuple[str, torch.device]:
 def fix_buckets(ddp: DDP, sample: torch.Tensor) -> None:
     """One backward of a zero loss, so DDP settles its gradient buckets before the first step.
 
-    DDP first lays out its buckets from the order of ``parameters()`` and, after the first
+    DDP first lays out its buckets from the reverse order of ``parameters()`` and, after the first
     backward, again in the order in which the gradients became ready. An all-reduce over more than two
     ranks adds each element in an order that depends on its place in the bucket, so a resumed
     run, whose first step would use the first layout, would round differently from a run that
@@ -318,10 +338,13 @@ class GraceCheck:
     def __init__(self, check_every: int) -> None:
         self.grace = float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
         self.check_every, self.last, self.warned = check_every, None, False
+        self.between: float | None = None  # seconds between the last two checks
 
-    def __call__(self, saver: Saver) -> str:
+    def __call__(self, saver: Saver, warn: bool = True) -> str:
         now, text = time.monotonic(), ""
-        if self.last is not None and saver.seconds and not self.warned:
+        if self.last is not None:
+            self.between = now - self.last
+        if warn and self.last is not None and saver.seconds and not self.warned:
             need = now - self.last + saver.seconds
             if need > 0.8 * self.grace:
                 self.warned = True
@@ -448,8 +471,11 @@ def main(argv: list[str] | None = None) -> int:
         # every rank stops after the same step: the ranks ask each other every --check-every
         # steps (every rank asks at the same steps, or the all-reduces would not pair up)
         stopping = (done % args.check_every == 0 or held) and any_rank(flag, stop)
-        if rank == 0 and done % args.check_every == 0:
-            grace(saver)                    # a stop in time for the grace? (a warning if not)
+        stop.acknowledged = stopping
+        if done % args.check_every == 0:
+            grace(saver, rank == 0)         # a stop in time for the grace? (a warning if not)
+            if grace.between is not None:
+                stop.expect(grace.between, grace.grace)
         if rank == 0 and (done % args.every == 0 or done == args.steps or stopping):
             saver.save(model, opt, done, **run)
         if stopping:
