@@ -84,3 +84,15 @@ def test_a_shape_that_does_not_fit_is_skipped_not_fatal(monkeypatch):
     monkeypatch.setattr(achievable, "_time", fake_time)
     points, confirmed = achievable.search_dtype(torch.float32, "cpu", 0.2, 1, SMALL)
     assert {max(p.shape) for p in points} <= {32, 48, 64} and confirmed
+
+
+def test_a_square_that_would_outlast_the_budget_is_not_started(monkeypatch):
+    """A GPU's largest products take seconds each: the search must not start one it cannot finish."""
+    def fake_time(shape, dtype, device, threads, min_run_time, seed):
+        m, n, k = shape
+        seconds = m * n * k / 32**3 * 0.01     # 32^3: 10 ms, 96^3: 0.27 s
+        return achievable.Point(shape, 2.0 * m * n * k / seconds / 1e9, seconds)
+
+    monkeypatch.setattr(achievable, "_time", fake_time)
+    points, _ = achievable.search_dtype(torch.float32, "cpu", 0.3, 1, SMALL)
+    assert (96, 96, 96) not in {p.shape for p in points}

@@ -175,6 +175,13 @@ def search_dtype(dtype: torch.dtype, device: torch.device | str, budget_s: float
             return timed[shape]
         if shape in too_big or (time.perf_counter() > deadline and timed):
             return None
+        if timed:
+            # its time at the best rate so far, at least: a GPU's 16384^3 product takes seconds,
+            # and with the timings it needs it must fit what is left of the budget
+            m, n, k = shape
+            fastest = max(p.gflops for p in timed.values())
+            if 3 * 2.0 * m * n * k / (fastest * 1e9) > deadline - time.perf_counter():
+                return None
         try:
             timed[shape] = _time(shape, dtype, device, threads, min_run_time, seed)
         except RuntimeError as err:  # torch.OutOfMemoryError is one; MPS says it in the text
