@@ -75,7 +75,7 @@ class Job:
     notice_s: int = 120                    # the time-limit notice, seconds before the end
     stop_grace_s: int = 60                 # a stopped worker's time to finish a step and save
     max_restarts: int = 3                  # after a failure; see DRILL_RESTARTS for what counts
-    max_requeues: int = 20                 # Slurm: runs after the first, ended by a notice or a stop
+    max_stalls: int = 3                    # Slurm: requeues in a row whose checkpoint did not move
     shared_dir: str = "/shared"            # code, checkpoints and logs: a volume every node mounts
     script: str | None = None              # the training script, on shared_dir or in the image
     args: list[str] | None = None
@@ -124,8 +124,8 @@ class Job:
                              f"Slurm script may wait for the stop marker on a network file system "
                              f"must be shorter than the notice ({self.notice_s} s): the checkpoint "
                              f"and the requeue must both happen before the time limit")
-        if self.max_requeues < 0:
-            raise ValueError(f"max_requeues {self.max_requeues}: give 0 or more")
+        if self.max_stalls < 1:
+            raise ValueError(f"max_stalls {self.max_stalls}: give 1 or more")
 
     @property
     def time_limit_s(self) -> int:
@@ -290,7 +290,10 @@ def slurm_script(job: Job) -> str:
         f"stopped={_shell_word(job.stop_marker)}  # the workers write it once they have saved on a stop signal",
         'export TRAIN_STOP_MARKER="$stopped"     # where: the course\'s train.py reads it',
         'rm -f "$stopped"',
-        f"max_requeues={job.max_requeues}  # a job requeued this often (SLURM_RESTART_COUNT) ends instead",
+        f"max_stalls={job.max_stalls}  # requeues in a row without a newer checkpoint, then the job ends",
+        "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then  # a fresh submission starts its count again",
+        '  rm -f "$stopped.step" "$stopped.stalls"',
+        "fi",
         "noticed=\"\"  # set by the notice: near the time limit, an unfinished run is requeued anyway",
         "finish() {  # after the step: requeue a stopped run, else end with the step's status",
         '  if [ "$1" != 0 ]; then  # rank 0 may have written the marker on another node: on a network',
@@ -305,9 +308,18 @@ def slurm_script(job: Job) -> str:
         '    echo "stopped by the notice, without a new checkpoint" > "$stopped"',
         "  fi",
         '  if [ -e "$stopped" ]; then',
-        '    if [ "${SLURM_RESTART_COUNT:-0}" -ge "$max_requeues" ]; then  # a job that never gets on',
-        '      echo "$(date +%T) $(cat "$stopped"), but requeued $max_requeues times already: not again." \\',
-        '           "Resubmit to go on from the last checkpoint (max_requeues)"',
+        '    # a requeue whose checkpoint step is the last one again is a stall (a hang before the',
+        '    # first checkpoint, a data stall): after max_stalls in a row the job ends, not requeues',
+        '    step=$(sed -n "s/.*checkpoint of step \\([0-9][0-9]*\\).*/\\1/p" "$stopped")',
+        '    stalls=0',
+        '    if [ -z "$step" ] || [ "$step" = "$(cat "$stopped.step" 2>/dev/null)" ]; then',
+        '      stalls=$(( $(cat "$stopped.stalls" 2>/dev/null || echo 0) + 1 ))',
+        '    fi',
+        '    echo "$stalls" > "$stopped.stalls"',
+        '    if [ -n "$step" ]; then echo "$step" > "$stopped.step"; fi',
+        '    if [ "$stalls" -ge "$max_stalls" ]; then',
+        '      echo "$(date +%T) $(cat "$stopped"): $stalls requeues in a row without a newer" \\',
+        '           "checkpoint, so not again (max_stalls). Find what stops it, then resubmit"',
         '      exit 1',
         '    fi',
         '    echo "$(date +%T) $(cat "$stopped"): requeueing"',

@@ -38,13 +38,35 @@ stop signal, so that a test can deliver a notice at a known moment.
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 # Run as a program, catch a stop signal from the very start: torchrun may pass one on while this
 # process is still importing torch or joining its process group (a preemption during a start or
 # a restart), and the default action would end it before it could save anything.
+#
+# Not with a Python signal handler: Python runs one only on the main thread between bytecodes,
+# and a worker stuck in a collective with a dead peer sits in C++ and would never run it. So
+# SIGTERM is blocked here, before torch starts any thread (threads inherit the mask), and one
+# thread of our own takes it with sigwait, whatever the main thread is doing.
 _EARLY_STOP: list[int] = []
+_ON_STOP: list[Any] = []      # what a StopFlag asks to be told (see StopFlag)
+_WAITER: list[Any] = []       # the thread that takes the signal, when there is one
+
+
+def _take_stop_signals() -> None:
+    while True:
+        signum = signal.sigwait({signal.SIGTERM})
+        _EARLY_STOP.append(signum)
+        for tell in list(_ON_STOP):
+            tell(signum)
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda signum, frame: _EARLY_STOP.append(signum))
+    import threading as _threading
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _WAITER.append(_threading.Thread(target=_take_stop_signals, daemon=True, name="stop-signal"))
+    _WAITER[0].start()
 
 import argparse
 import functools
@@ -58,7 +80,6 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -144,18 +165,23 @@ class StopFlag:
         # a worker stuck in a collective with a dead peer never reaches the check: without a
         # limit it would sit out torchrun's whole grace before the SIGKILL, on every node, at
         # every restart. The loop sets it from the time between its checks (StopFlag.expect).
-        self.wait_s = float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")) / 2
+        # Until the loop has timed its checks, the whole grace less a second.
+        self.wait_s = max(1.0, float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")) - 1)
         self.acknowledged = False  # the ranks agreed to stop: saving, not stuck
-        signal.signal(signal.SIGTERM, self._set)
+        if _WAITER:   # run as a program: the stop-signal thread tells us, even mid-collective
+            _ON_STOP.append(self._stopped)
+        else:         # imported: a handler, run between the main thread's bytecodes
+            signal.signal(signal.SIGTERM, lambda signum, frame: self._stopped(signum))
 
-    def _set(self, signum: int, frame: object) -> None:
-        self.signal = signum  # only a flag: a signal handler must not start a collective
+    def _stopped(self, signum: int) -> None:
+        self.signal = signum  # only a flag: nothing here may start a collective
         threading.Thread(target=self._give_up, args=(self.wait_s,), daemon=True).start()
 
-    def expect(self, between_checks_s: float, grace_s: float) -> None:
-        """The loop's checks come every ``between_checks_s``: wait twice that (at least 5 s,
-        less than the grace) for the next one before giving up."""
-        self.wait_s = min(max(5.0, 2 * between_checks_s), max(1.0, grace_s - 1))
+    def expect(self, longest_between_checks_s: float, save_s: float, grace_s: float) -> None:
+        """The loop's checks have come at most ``longest_between_checks_s`` apart, and a save
+        takes ``save_s``: wait twice the one plus the other (at least 5 s, less than the grace)
+        for the next check before giving up."""
+        self.wait_s = min(max(5.0, 2 * longest_between_checks_s + save_s), max(1.0, grace_s - 1))
 
     def _give_up(self, wait_s: float) -> None:
         time.sleep(wait_s)
@@ -338,12 +364,12 @@ class GraceCheck:
     def __init__(self, check_every: int) -> None:
         self.grace = float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
         self.check_every, self.last, self.warned = check_every, None, False
-        self.between: float | None = None  # seconds between the last two checks
+        self.longest: float | None = None  # the most seconds between two checks so far
 
     def __call__(self, saver: Saver, warn: bool = True) -> str:
         now, text = time.monotonic(), ""
         if self.last is not None:
-            self.between = now - self.last
+            self.longest = max(self.longest or 0.0, now - self.last)
         if warn and self.last is not None and saver.seconds and not self.warned:
             need = now - self.last + saver.seconds
             if need > 0.8 * self.grace:
@@ -474,8 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.acknowledged = stopping
         if done % args.check_every == 0:
             grace(saver, rank == 0)         # a stop in time for the grace? (a warning if not)
-            if grace.between is not None:
-                stop.expect(grace.between, grace.grace)
+            if grace.longest is not None:
+                stop.expect(grace.longest, saver.seconds or 0.0, grace.grace)
         if rank == 0 and (done % args.every == 0 or done == args.steps or stopping):
             saver.save(model, opt, done, **run)
         if stopping:
