@@ -49,6 +49,9 @@ MAX_GFLOPS = 5e6            # 5 PFLOP/s: above any single device in any dtype (2
 MAX_GBPS = {"cpu": 2000.0, "mps": 1000.0, "cuda": 10000.0, "xpu": 10000.0}  # memory, per kind
 BUSY = 0.10  # share of the CPUs other programs used above which a card is marked busy
 KINDS = ("cpu", "cuda", "mps", "xpu")
+# a search's dtypes (card["best"]) against the rates' names (card["peak"], card["measured"])
+_DTYPE_KEYS = {"float32": "fp32_gflops", "bfloat16": "bf16_gflops", "float16": "fp16_gflops"}
+_KEY_DTYPES = {key: dtype for dtype, key in _DTYPE_KEYS.items()}
 
 
 class CardError(ValueError):
@@ -187,9 +190,6 @@ def schema_errors(card: Any) -> list[str]:
     """What in ``card`` breaks ``card.schema.json``: a line each, with where (empty: valid)."""
     errors = sorted(_validator().iter_errors(card), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
-
-
-_DTYPE_KEYS = {"float32": "fp32_gflops", "bfloat16": "bf16_gflops", "float16": "fp16_gflops"}
 
 
 def _rates_against_peaks(card: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -728,10 +728,9 @@ class Comparison:
         if a["kind"] != b["kind"]:
             return []
         lines = []
-        names = {"float32": "fp32_gflops", "bfloat16": "bf16_gflops", "float16": "fp16_gflops"}
         pairs = [(f"measured {k}", k, a["measured"].get(k), b["measured"].get(k))
                  for k in sorted(set(a["measured"]) & set(b["measured"]))]
-        pairs += [(f"best {d}", names.get(d, d), a["best"][d]["gflops"], b["best"][d]["gflops"])
+        pairs += [(f"best {d}", _DTYPE_KEYS.get(d, d), a["best"][d]["gflops"], b["best"][d]["gflops"])
                   for d in sorted(set(a["best"]) & set(b["best"]))]
         doubt = [who for who, c in (("A", a), ("B", b))
                  if (c.get("peak_clock") or c["machine"].get("clock") or {}).get("kind") not in ("measured", "given")]
@@ -797,14 +796,13 @@ class Comparison:
         rates = sorted(set(self.a["peak"]) | set(self.a["measured"]) |
                        set(self.b["peak"]) | set(self.b["measured"]))
         x = np.arange(len(rates))
-        dtype_of = {"fp32_gflops": "float32", "bf16_gflops": "bfloat16", "fp16_gflops": "float16"}
         for i, card in enumerate((self.a, self.b)):
             offset = x + (i - 0.5) * 0.4
             left.bar(offset, [card["measured"].get(k) or 0 for k in rates], 0.4, label=names[i])
             peaks = [card["peak"].get(k) for k in rates]
             left.plot([o for o, p in zip(offset, peaks) if p], [p for p in peaks if p], "k_",
                       markersize=14, label="peak" if i == 0 else None)
-            best = [card["best"].get(dtype_of.get(k, ""), {}).get("gflops") for k in rates]
+            best = [card["best"].get(_KEY_DTYPES.get(k, ""), {}).get("gflops") for k in rates]
             left.plot([o for o, v in zip(offset, best) if v], [v for v in best if v], "kv",
                       markersize=5, label="best over shapes" if i == 0 else None)
         left.set_xticks(x, [r.replace("_", " ") for r in rates], rotation=30, ha="right",
@@ -952,9 +950,8 @@ def summary(card: dict[str, Any]) -> str:
     clock = m.get("clock") or {}
     if clock.get("ghz"):
         lines.append(f"clock: {clock['ghz']:.2f} GHz {clock['kind']} (reported {m.get('clock_ghz') or 0:.2f} GHz)")
-    names = {"fp32_gflops": "float32", "bf16_gflops": "bfloat16", "fp16_gflops": "float16"}
     for key in sorted(set(card["peak"]) | set(card["measured"])):
-        best = card["best"].get(names.get(key, ""), {})
+        best = card["best"].get(_KEY_DTYPES.get(key, ""), {})
         parts = [f"measured {_fmt(card['measured'].get(key))}"]
         if best:
             parts.append(f"best {_fmt(best['gflops'])} at {' x '.join(map(str, best['shape']))}")

@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 # the chains: (name, instruction bytes, cycles each). x86-64, System V: rdi = loop count.
 _CHAIN = 200  # instructions per loop iteration: the loop's own dec/jnz run beside them
 _IMUL = ("imul", bytes([0x48, 0x0F, 0xAF, 0xC0]), 3)   # imul rax, rax
@@ -139,15 +141,7 @@ def measure(threads: int = 1, seconds: float = 0.01, repeats: int = 15) -> Clock
     if not supported():
         raise RuntimeError(f"the clock can be measured on x86-64 only (this is "
                            f"{platform.machine()}), with executable memory allowed")
-    import os
-
-    threads = max(1, int(threads))
-    try:
-        import psutil
-
-        threads = min(threads, psutil.cpu_count(logical=False) or threads)
-    except ImportError:  # psutil is a dependency; this only guards a stripped install
-        threads = min(threads, os.cpu_count() or threads)
+    threads = min(max(1, int(threads)), psutil.cpu_count(logical=False) or int(threads))
     single = {name: _rate(*_chains()[name], seconds, repeats) / 1e9 for name in ("imul", "add")}
     if abs(single["imul"] / single["add"] - 1) > 0.05:
         raise RuntimeError(f"the two chains disagree ({single['imul']:.2f} GHz from imul, "
