@@ -631,7 +631,11 @@ def test_the_notice_leaves_time_for_the_grace_and_the_marker_wait():
     with pytest.raises(ValueError, match="wait for the stop marker"):
         jobs.Job("x", notice_s=120, stop_grace_s=100)   # 100 + 30 s of looking for the marker
     jobs.Job("x", notice_s=120, stop_grace_s=80)
-    assert "export TORCH_NCCL_DUMP_ON_TIMEOUT=1" in jobs.slurm_script(jobs.Job("x"))
+    script = jobs.slurm_script(jobs.Job("x"))
+    assert "export TORCH_NCCL_DUMP_ON_TIMEOUT=1" in script
+    # the flight recorder's files go with the logs on shared storage, not to each node's /tmp
+    assert '\nexport TORCH_FR_DUMP_TEMP_FILE="$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_"' in script
+    assert "hostname -i)" not in script   # 127.0.1.1 on many systems: never suggested
 
 
 def test_the_gang_scheduler_is_named_or_left_out_and_gpu_pods_tolerate_the_taint():
@@ -672,3 +676,60 @@ def test_the_stop_signal_is_taken_while_the_main_thread_is_blocked_in_cpp():
     assert done.returncode == 128 + signal.SIGTERM, done.stdout + done.stderr
     assert "no stop check reached" in done.stdout + done.stderr
     assert time.monotonic() - start < 20 and "returned" not in done.stdout
+
+
+def test_the_give_up_wait_fits_the_restart_grace_whatever_the_stop_grace(monkeypatch):
+    """torchrun gives its workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT after its own SIGTERM, but a
+    fixed 30 s when it stops them for a restart: a worker must give up within the shorter."""
+    from torchhw.distributed import train as script
+
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120")
+    flag = script.StopFlag()
+    assert flag.wait_s == script.RESTART_GRACE_S - 1
+    flag.expect(longest_between_checks_s=20, save_s=10, grace_s=120)   # 50 s wanted
+    assert flag.wait_s == script.RESTART_GRACE_S - 1
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "10")
+    assert script.StopFlag().wait_s == 9
+
+
+EARLY = """
+import os, signal, sys, threading, time
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+from torchhw.distributed import train
+train._WAITER.append(threading.Thread(target=train._take_stop_signals, daemon=True))
+train._WAITER[0].start()
+os.kill(os.getpid(), signal.SIGTERM)        # while "importing": before any StopFlag exists
+time.sleep(0.3)
+os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "2"
+flag = train.StopFlag()                     # the clock starts now: 1 s
+time.sleep(5)                               # stuck, never reaching a stop check
+print("lived")
+"""
+
+
+def test_a_stop_signal_before_the_loop_starts_the_give_up_clock_too():
+    done = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, done.stdout + done.stderr
+    assert "lived" not in done.stdout
+
+
+def test_forked_children_get_the_stop_signal_back():
+    """The script blocks SIGTERM for its sigwait thread; a forked child (a DataLoader worker)
+    must not inherit that, or it could never be stopped by it."""
+    code = (
+        "import os, signal\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        "from torchhw.distributed import train\n"
+        "os.register_at_fork(after_in_child=train._unblock_stop_signals)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    blocked = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())\n"
+        "    os._exit(1 if blocked else 0)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert os.waitstatus_to_exitcode(status) == 0, 'the child still blocks SIGTERM'\n"
+        "assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the parent does\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    source = Path(jobs.__file__).with_name("train.py").read_text()
+    assert "os.register_at_fork(after_in_child=_unblock_stop_signals)" in source

@@ -202,11 +202,13 @@ _NETWORK = [
     "# export NCCL_DEBUG=INFO              # once: which transport and topology NCCL chose",
     "# If a node's host name resolves to the wrong interface, give each node's torchrun its own",
     "# address (the one the other nodes reach it at): the srun line runs on every node, so",
-    "# compute it there, e.g. srun ... bash -c 'exec torchrun --local-addr=\"$(hostname -i)\" ...'.",
+    "# compute it there from the interface the others reach, not from `hostname -i` (127.0.1.1 on",
+    "# many systems), e.g. srun ... bash -c 'exec torchrun --local-addr=\"$(ip -o -4 addr show ib0 |",
+    "# awk \"{print \\$4}\" | cut -d/ -f1)\" ...' with ib0 the interface of NCCL_SOCKET_IFNAME.",
     "# For a hang: NCCL's flight recorder keeps each rank's last collectives (on by default in",
     "# torch 2.13: TORCH_FR_BUFFER_SIZE, once TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 entries) and can write them out when the watchdog",
     "# times out (TORCH_NCCL_DUMP_ON_TIMEOUT, set below); this puts the files with the logs, for `torchfrtrace`:",
-    "# export TORCH_FR_DUMP_TEMP_FILE=\"$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_\"",
+    "export TORCH_FR_DUMP_TEMP_FILE=\"$PWD/logs/$SLURM_JOB_ID/nccl_trace_rank_\"  # not node-local /tmp",
     "export TORCH_NCCL_DUMP_ON_TIMEOUT=1   # as the Kubernetes files: dump on a watchdog time-out",
 ]
 

@@ -61,10 +61,20 @@ def _take_stop_signals() -> None:
             tell(signum)
 
 
+def _unblock_stop_signals() -> None:
+    """In a forked child (a DataLoader worker on Linux): take SIGTERM as a process normally does."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 if __name__ == "__main__":
+    import os as _os
     import threading as _threading
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    # A child inherits the mask. A forked one (DataLoader's workers on Linux) gets SIGTERM back
+    # here; one started by exec (subprocess, multiprocessing's spawn) starts with it blocked and
+    # must unblock it itself if it wants it: _unblock_stop_signals().
+    _os.register_at_fork(after_in_child=_unblock_stop_signals)
     _WAITER.append(_threading.Thread(target=_take_stop_signals, daemon=True, name="stop-signal"))
     _WAITER[0].start()
 
@@ -149,12 +159,24 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
+# torchrun's grace after SIGTERM: TORCH_ELASTIC_SHUTDOWN_TIMEOUT when torchrun itself is
+# signalled (a scheduler's stop), but a fixed 30 s when it stops its workers to restart them
+# after a fault (LocalElasticAgent._stop_workers calls _shutdown() with its default).
+RESTART_GRACE_S = 30.0
+
+
+def stop_grace_s() -> float:
+    """The grace a worker can count on after any SIGTERM: the shorter of the two."""
+    return min(float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")), RESTART_GRACE_S)
+
+
 class StopFlag:
     """Set by SIGTERM; the training loop reads it between steps.
 
     The same SIGTERM reaches a DataLoader's worker processes (a scheduler signals every
-    process of the job; torchrun signals each worker's process group), which would die of it
-    and make the next batch raise before the checkpoint is written. Give such a DataLoader
+    process of the job; torchrun signals each worker's process group); forked ones take it as
+    usual (the script unblocks it in every forked child), would die of it and make the next
+    batch raise before the checkpoint is written. Give such a DataLoader
     ``worker_init_fn=ignore_stop_signals``.
     """
 
@@ -165,13 +187,15 @@ class StopFlag:
         # a worker stuck in a collective with a dead peer never reaches the check: without a
         # limit it would sit out torchrun's whole grace before the SIGKILL, on every node, at
         # every restart. The loop sets it from the time between its checks (StopFlag.expect).
-        # Until the loop has timed its checks, the whole grace less a second.
-        self.wait_s = max(1.0, float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")) - 1)
+        # Until the loop has timed its checks, the shorter grace less a second.
+        self.wait_s = max(1.0, stop_grace_s() - 1)
         self.acknowledged = False  # the ranks agreed to stop: saving, not stuck
         if _WAITER:   # run as a program: the stop-signal thread tells us, even mid-collective
             _ON_STOP.append(self._stopped)
         else:         # imported: a handler, run between the main thread's bytecodes
             signal.signal(signal.SIGTERM, lambda signum, frame: self._stopped(signum))
+        if self.signal is not None:  # signalled while importing: the clock runs from now
+            threading.Thread(target=self._give_up, args=(self.wait_s,), daemon=True).start()
 
     def _stopped(self, signum: int) -> None:
         self.signal = signum  # only a flag: nothing here may start a collective
@@ -181,7 +205,8 @@ class StopFlag:
         """The loop's checks have come at most ``longest_between_checks_s`` apart, and a save
         takes ``save_s``: wait twice the one plus the other (at least 5 s, less than the grace)
         for the next check before giving up."""
-        self.wait_s = min(max(5.0, 2 * longest_between_checks_s + save_s), max(1.0, grace_s - 1))
+        self.wait_s = min(max(5.0, 2 * longest_between_checks_s + save_s),
+                          max(1.0, min(grace_s, RESTART_GRACE_S) - 1))
 
     def _give_up(self, wait_s: float) -> None:
         time.sleep(wait_s)
