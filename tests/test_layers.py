@@ -20,13 +20,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: dict[str, int] = {
     # ground: knows no other torchhw module
     "torchhw": 0, "torchhw.clock": 0, "torchhw.data": 0, "torchhw.models": 0,
-    "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.measurements": 0, "torchhw.checks": 0,
-    "torchhw.params": 0, "torchhw.device": 0, "torchhw.cpu": 0,
+    "torchhw.checkpoint": 0, "torchhw.plots": 0, "torchhw.measurements": 0, "torchhw.i18n": 0,
+    "torchhw.device": 0, "torchhw.cpu": 0,
     "torchhw.distributed.comm": 0, "torchhw.distributed.elastic": 0,
     "torchhw.distributed.processes": 0,
     # built on the ground
     "torchhw.hardware": 1, "torchhw.bench": 1, "torchhw.train": 1, "torchhw.widgets": 1,
-    "torchhw.notebook": 1, "torchhw.knobs": 1,
+    "torchhw.notebook": 1, "torchhw.knobs": 1, "torchhw.checks": 1, "torchhw.params": 1,
     "torchhw.distributed.placement": 1, "torchhw.distributed.diagnosis": 1,
     "torchhw.distributed.guard": 1,
     # built on those

@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .i18n import _, tr
+
 
 class Wrong(Exception):
     """Raised inside a checker to say what is off with an answer."""
@@ -45,13 +47,15 @@ class Feedback:
         return self.status == "correct"
 
     def __repr__(self) -> str:
-        head = f"Exercise {self.number} ({self.title})"
+        head = tr("Exercise {number} ({title})", number=self.number, title=_(self.title))
+        message, nudge = _(self.message), _(self.hint)
         if self.status == "correct":
-            return f"✅ {head}: correct. {self.message}".rstrip()
-        hint = self.hint + (f" (more: ex.hint({self.number}))" if self.more else "")
+            return tr("✅ {head}: correct. {message}", head=head, message=message).rstrip()
+        hint = nudge + (tr(" (more: ex.hint({number}))", number=self.number) if self.more else "")
         if self.status == "todo":
-            return f"⏳ {head}: not attempted yet. Hint: {hint}"
-        return f"❌ {head}: not yet. {self.message}\n   Hint: {hint}"
+            return tr("⏳ {head}: not attempted yet. Hint: {hint}", head=head, hint=hint)
+        return tr("❌ {head}: not yet. {message}\n   Hint: {hint}", head=head, message=message,
+                  hint=hint)
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,9 @@ class Hint:
 
     def __repr__(self) -> str:
         if not self.title:  # no such exercise: the text says which there are
-            return f"💡 {self.text}"
-        return f"💡 Exercise {self.number} ({self.title}), more of a hint: {self.text}"
+            return f"💡 {_(self.text)}"
+        return tr("💡 Exercise {number} ({title}), more of a hint: {text}", number=self.number,
+                  title=_(self.title), text=_(self.text))
 
 
 # Where a NotImplementedError comes from a library, not from the reader's unfinished code
@@ -108,11 +113,12 @@ def exercise(number: int, title: str, hint: str, more: str = "") -> Callable[
             except NotImplementedError as err:
                 if _placeholder(err):
                     return feedback("todo")
-                return feedback("wrong", f"your answer raised NotImplementedError: {err}")
+                return feedback("wrong", tr("your answer raised NotImplementedError: {err}", err=err))
             except Wrong as err:
                 return feedback("wrong", str(err))
             except Exception as err:  # the reader's code failed: report it, don't crash
-                return feedback("wrong", f"your answer raised {type(err).__name__}: {err}")
+                return feedback("wrong", tr("your answer raised {kind}: {err}",
+                                            kind=type(err).__name__, err=err))
             return feedback("correct", message or "")
         mark(check, number, title, hint, more)
         return check
@@ -136,7 +142,8 @@ def hints_for(checks: dict[int, Callable[..., Any]]) -> Callable[[Any], Hint]:
             check = checks[int(number)]
         except (KeyError, TypeError, ValueError):
             known = ", ".join(str(n) for n in sorted(checks))
-            return Hint(0, "", f"there is no exercise {number!r} here: the exercises are {known}.")
+            return Hint(0, "", tr("there is no exercise {number} here: the exercises are {known}.",
+                                  number=repr(number), known=known))
         text = getattr(check, "more", "") or getattr(check, "nudge", "")
         return Hint(check.number, check.title, text)  # type: ignore[attr-defined]
     return hint
@@ -162,7 +169,7 @@ def why(got: Any, want: Any, *mistakes: tuple[Any, str], rel: float = 1e-6) -> s
     right value for these inputs cannot be told apart there, and is skipped."""
     for value, reason in mistakes:
         if not _same(value, want, rel) and _same(got, value, rel):
-            return f" ({reason})"
+            return tr(" ({reason})", reason=_(reason))
     return ""
 
 
@@ -172,27 +179,32 @@ def close(got: Any, want: float, what: str, rel: float = 1e-3, extra: str = "") 
     try:
         value = float(got)
     except (TypeError, ValueError):
-        raise Wrong(f"{what} should be a number, got {got!r}.") from None
+        raise Wrong(tr("{what} should be a number, got {got}.", what=_(what), got=repr(got))) from None
     if not abs(value - want) <= rel * abs(want):  # also refuses NaN
-        raise Wrong(f"{what}: got {value:g}, expected {want:g}{extra}.")
+        raise Wrong(tr("{what}: got {value}, expected {want}{extra}.", what=_(what),
+                       value=f"{value:g}", want=f"{want:g}", extra=extra))
 
 
 def equal(got: Any, want: Any, what: str, extra: str = "") -> None:
     """Raise Wrong unless ``got == want``; ``what`` names the call, e.g. 'f(2, 3)'."""
     if got != want:
-        raise Wrong(f"{what} = {got}, expected {want}{extra}.")
+        raise Wrong(tr("{what} = {got}, expected {want}{extra}.", what=_(what), got=got, want=want,
+                       extra=extra))
 
 
 def same_tensor(got: Any, want: torch.Tensor, what: str, atol: float = 1e-5,
                 rtol: float = 1e-4) -> None:
     """Raise Wrong unless ``got`` is a tensor of ``want``'s shape and values."""
     if not isinstance(got, torch.Tensor):
-        raise Wrong(f"{what} should be a torch.Tensor, got {type(got).__name__}.")
+        raise Wrong(tr("{what} should be a torch.Tensor, got {kind}.", what=_(what),
+                       kind=type(got).__name__))
     if got.shape != want.shape:
-        raise Wrong(f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}.")
+        raise Wrong(tr("{what} has shape {got}, expected {want}.", what=_(what),
+                       got=tuple(got.shape), want=tuple(want.shape)))
     if not torch.allclose(got.to(want.dtype), want, atol=atol, rtol=rtol):
         worst = (got.to(want.dtype) - want).abs().max().item()
-        raise Wrong(f"{what} has the right shape but wrong values (largest error {worst:.3g}).")
+        raise Wrong(tr("{what} has the right shape but wrong values (largest error {worst}).",
+                       what=_(what), worst=f"{worst:.3g}"))
 
 
 class TorchCalls(TorchFunctionMode):

@@ -1,8 +1,9 @@
 """The one set-up call every notebook makes after validating its parameters.
 
-    device = setup(seed=seed, device=device)
+    device = setup(seed=seed, device=device, lang=lang)
 
-seeds every random generator, applies the plot defaults, sets the thread count when asked,
+sets the language of the package's messages (:mod:`torchhw.i18n`: "en", or "zh" in the Chinese
+edition), seeds every random generator, applies the plot defaults, sets the thread count when asked,
 picks the device (raising DeviceUnavailable for one that is not here) and prints what it
 chose, so the top of every executed notebook says what it ran on. On a CUDA machine it also
 sets ``CUBLAS_WORKSPACE_CONFIG`` (unless it is set already), which cuBLAS reads at its first
@@ -18,7 +19,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import plots
+from . import i18n, plots
 from .device import CUBLAS_DETERMINISTIC, describe, pick_device, use
 
 
@@ -44,8 +45,9 @@ def strict_warnings() -> bool:
 
 
 def setup(seed: int = 0, device: str = "auto", threads: int | None = None,
-          verbose: bool = True) -> torch.device:
-    """Seed, style plots, set threads (None keeps torch's default) and pick the device."""
+          verbose: bool = True, lang: str = i18n.DEFAULT) -> torch.device:
+    """Set the language, seed, style plots, set threads (None keeps torch's default), pick the device."""
+    i18n.set_language(lang)
     chosen = pick_device(device)
     use(chosen)   # cuda:1 becomes the current device: streams and events default to it
     if chosen.type == "cuda":
@@ -56,7 +58,19 @@ def setup(seed: int = 0, device: str = "auto", threads: int | None = None,
     if threads:
         torch.set_num_threads(threads)
     if verbose:
-        how = "chosen automatically" if str(device) == "auto" else "as asked"
-        print(f"device: {describe(chosen)} ({how}); seed {seed}; "
-              f"torch {torch.__version__}; {torch.get_num_threads()} CPU threads")
+        how = i18n.tr("chosen automatically") if str(device) == "auto" else i18n.tr("as asked")
+        print(i18n.tr("device: {device} ({how}); seed {seed}; torch {torch}; {threads} CPU threads",
+                      device=describe(chosen), how=how, seed=seed, torch=torch.__version__,
+                      threads=torch.get_num_threads()))
     return chosen
+
+
+def say(message: str, /, **fields: object) -> None:
+    """Print ``message`` (with its ``{fields}`` filled in) in the reader's language: what a
+    cell says about this machine, such as which device the work stayed on."""
+    print(i18n.tr(message, **fields))
+
+
+def skip(reason: str, /, **fields: object) -> None:
+    """Say that a section is skipped on this machine and why, in the reader's language."""
+    print(i18n.tr("skipped: {reason}", reason=i18n.tr(reason, **fields)))

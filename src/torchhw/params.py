@@ -19,6 +19,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .i18n import tr
+
 # Names IPython puts in every namespace; they are not parameters.
 _IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
 # Values papermill can inject: anything else (a module, a function) is not a parameter.
@@ -57,24 +59,25 @@ class Spec:
         if self.describe:
             return self.describe
         if self.choices is not None:
-            return "one of " + ", ".join(repr(c) for c in self.choices)
+            return tr("one of {choices}", choices=", ".join(repr(c) for c in self.choices))
         kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
-        text = " or ".join("True or False" if k is bool else f"an {k.__name__}"
-                           if k.__name__[0] in "aeiou" else f"a {k.__name__}" for k in kinds)
+        text = tr(" or ").join(tr("True or False") if k is bool else tr("an {kind}", kind=k.__name__)
+                               if k.__name__[0] in "aeiou" else tr("a {kind}", kind=k.__name__)
+                               for k in kinds)
         if self.low is not None and self.high is not None:
-            text += f" from {self.low} to {self.high}"
-        elif self.low is not None:
-            text += f" of at least {self.low}"
-        elif self.high is not None:
-            text += f" of at most {self.high}"
+            return tr("{kind} from {low} to {high}", kind=text, low=self.low, high=self.high)
+        if self.low is not None:
+            return tr("{kind} of at least {low}", kind=text, low=self.low)
+        if self.high is not None:
+            return tr("{kind} of at most {high}", kind=text, high=self.high)
         return text
 
 
 def _error(name: str, value: Any, expected: str) -> ParameterError:
-    return ParameterError(
-        f"parameter {name!r} = {value!r} ({type(value).__name__}): expected {expected}. "
-        f"Fix the value in the parameters cell, or pass it as: papermill ... -p {name} VALUE"
-    )
+    return ParameterError(tr(
+        "parameter {name} = {value} ({kind}): expected {expected}. Fix the value in the "
+        "parameters cell, or pass it as: papermill ... -p {bare} VALUE",
+        name=repr(name), value=repr(value), kind=type(value).__name__, expected=expected, bare=name))
 
 
 def int_range(low: int | None = None, high: int | None = None) -> Spec:
@@ -123,17 +126,16 @@ def check_params(namespace: dict[str, Any], **rules: type | Spec) -> dict[str, A
         hints = []
         for name in unknown:
             close = difflib.get_close_matches(name, rules, n=1)
-            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ParameterError(
-            f"unknown parameter {', '.join(hints)}: this notebook's parameters are "
-            f"{', '.join(rules)}. Check the spelling of the -p option."
-        )
+            hints.append(tr("{name} (did you mean {close}?)", name=repr(name), close=repr(close[0]))
+                         if close else repr(name))
+        raise ParameterError(tr(
+            "unknown parameter {names}: this notebook's parameters are {known}. Check the "
+            "spelling of the -p option.", names=", ".join(hints), known=", ".join(rules)))
     values = {}
     for name, rule in rules.items():
         if name not in namespace:
-            raise ParameterError(
-                f"parameter {name!r} is validated but not set: add it to the cell tagged "
-                f"'parameters'."
-            )
+            raise ParameterError(tr(
+                "parameter {name} is validated but not set: add it to the cell tagged "
+                "'parameters'.", name=repr(name)))
         values[name] = namespace[name] = _as_spec(rule).check(name, namespace[name])
     return values

@@ -9,6 +9,7 @@ import torch
 import torch.autograd.forward_ad
 
 from ..checks import Wrong, exercise, hints_for, same_tensor
+from ..i18n import _, tr
 
 
 class _UsedAutograd(Exception):
@@ -42,8 +43,8 @@ def _without_autograd(fn: Callable[..., Any], instead: str) -> Any:
         with _autograd_forbidden():
             return fn()
     except _UsedAutograd:
-        raise Wrong("your answer asks autograd (backward, torch.autograd.grad or torch.func) "
-                    f"for the gradient; {instead}") from None
+        raise Wrong(tr("your answer asks autograd (backward, torch.autograd.grad or torch.func) "
+                       "for the gradient; {instead}", instead=instead)) from None
 
 
 @exercise(1, "a derivative by hand",
@@ -56,22 +57,25 @@ def check_1(grad_f: Callable[[torch.Tensor], torch.Tensor]) -> str:
     (x**3 + torch.sin(x) - 4 * x).sum().backward()
     want = x.grad
     got = _without_autograd(lambda: grad_f(x.detach().clone()),
-                            "by hand means writing the derivative as a formula.")
+                            tr("by hand means writing the derivative as a formula."))
     if isinstance(got, torch.Tensor) and got.shape == want.shape:
         got64 = got.detach().to(torch.float64)
         xs = x.detach()
-        for value, reason in [(want + 4, "that is 4 too large everywhere: the derivative of "
-                                         "-4x is -4"),
-                              (want - 2 * torch.cos(xs), "the derivative of sin(x) is +cos(x)"),
-                              (want - 3 * xs**2 + xs**2, "the derivative of x^3 is 3x^2")]:
+        for value, reason in [(want + 4, tr("that is 4 too large everywhere: the derivative of "
+                                            "-4x is -4")),
+                              (want - 2 * torch.cos(xs), tr("the derivative of sin(x) is +cos(x)")),
+                              (want - 3 * xs**2 + xs**2, tr("the derivative of x^3 is 3x^2"))]:
             if torch.allclose(got64, value, atol=1e-9):
-                raise Wrong(f"grad_f(x) has the right shape but wrong values: {reason}.")
+                raise Wrong(tr("grad_f(x) has the right shape but wrong values: {reason}.",
+                               reason=reason))
         error = (got64 - want).abs().max().item()
         if 1e-12 < error < 1e-3:
-            raise Wrong(f"grad_f(x) is close to the derivative but not exactly it (largest error "
-                        f"{error:.2g}): that is a numerical estimate. By hand means writing the "
-                        "derivative as a formula, which autograd matches to round-off.")
-    same_tensor(got, want, "grad_f(x)", atol=1e-12, rtol=1e-12)
+            raise Wrong(tr("grad_f(x) is close to the derivative but not exactly it (largest error "
+                           "{error}): that is a numerical estimate. By hand means writing the "
+                           "derivative as a formula, which autograd matches to round-off.",
+                           error=f"{error:.2g}"))
+    call = "grad_f(x)"  # code, the same in every language
+    same_tensor(got, want, call, atol=1e-12, rtol=1e-12)
     return "Autograd computes exactly this, for every operation it recorded."
 
 
@@ -84,7 +88,7 @@ def check_1(grad_f: Callable[[torch.Tensor], torch.Tensor]) -> str:
 def check_2(numerical_grad: Callable[..., torch.Tensor]) -> str:
     g = torch.Generator().manual_seed(2)
     functions = {"sum(exp(x))": lambda x: x.exp().sum(),
-                 "prod of sin": lambda x: torch.sin(x).prod(),
+                 _("prod of sin"): lambda x: torch.sin(x).prod(),
                  "x0^3 x1": lambda x: x[0] ** 3 * x[1]}
     for name, f in functions.items():
         x = torch.randn(3, generator=g, dtype=torch.float64)
@@ -92,27 +96,28 @@ def check_2(numerical_grad: Callable[..., torch.Tensor]) -> str:
         f(xg).backward()
         want = xg.grad
         got = _without_autograd(lambda: numerical_grad(f, x.clone(), eps=1e-6),
-                                "a finite difference estimates it from values of f alone.")
+                                tr("a finite difference estimates it from values of f alone."))
         if isinstance(got, (list, tuple)):  # the task never asked for a tensor: a list is fine
             try:
                 got = torch.tensor([float(v) for v in got], dtype=torch.float64)
             except (TypeError, ValueError):
-                raise Wrong(f"numerical_grad for {name} returned {got!r}: expected one number "
-                            "per coordinate of x.") from None
+                raise Wrong(tr("numerical_grad for {name} returned {got}: expected one number "
+                               "per coordinate of x.", name=name, got=repr(got))) from None
         if isinstance(got, torch.Tensor) and got.shape == want.shape:
             got64 = got.detach().to(torch.float64)
             one_sided = _forward_difference(f, x.clone(), 1e-6)
             for value, tol, reason in [
-                    (2 * want, 1e-6, "twice the gradient: the step from x - eps to x + eps is "
-                                     "2 eps long"),
-                    (want / 2, 1e-6, "half the gradient: divide by 2 eps, not 4 eps"),
-                    (one_sided, 1e-12, "that is a one-sided difference, f(x + eps) - f(x): the "
-                                       "exercise asks for the central one, from x - eps to "
-                                       "x + eps")]:
+                    (2 * want, 1e-6, tr("twice the gradient: the step from x - eps to x + eps "
+                                        "is 2 eps long")),
+                    (want / 2, 1e-6, tr("half the gradient: divide by 2 eps, not 4 eps")),
+                    (one_sided, 1e-12, tr("that is a one-sided difference, f(x + eps) - f(x): "
+                                          "the exercise asks for the central one, from x - eps "
+                                          "to x + eps"))]:
                 if not torch.allclose(value, want, atol=1e-8, rtol=1e-7) and \
                         torch.allclose(got64, value, atol=tol, rtol=tol):
-                    raise Wrong(f"numerical_grad for {name}: {reason}.")
-        same_tensor(got, want, f"numerical_grad for {name}", atol=1e-8, rtol=1e-7)
+                    raise Wrong(tr("numerical_grad for {name}: {reason}.", name=name,
+                                   reason=reason))
+        same_tensor(got, want, tr("numerical_grad for {name}", name=name), atol=1e-8, rtol=1e-7)
     return "This is how gradcheck decides whether a backward is right."
 
 
@@ -124,30 +129,31 @@ def check_2(numerical_grad: Callable[..., torch.Tensor]) -> str:
                "grad_output * 3 * x**2 (the chain rule).")
 def check_3(Cube: Any) -> str:
     if not (isinstance(Cube, type) and issubclass(Cube, torch.autograd.Function)):
-        raise Wrong("pass the class itself, a subclass of torch.autograd.Function.")
+        raise Wrong(tr("pass the class itself, a subclass of torch.autograd.Function."))
     x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64, requires_grad=True)
     out = Cube.apply(x)
-    same_tensor(out.detach(), x.detach() ** 3, "Cube.apply(x)", atol=1e-12)
+    call = "Cube.apply(x)"  # code, the same in every language
+    same_tensor(out.detach(), x.detach() ** 3, call, atol=1e-12)
     if out.grad_fn is not None and not out.grad_fn.saved_tensors:
-        raise Wrong("forward saved nothing with ctx.save_for_backward: keeping x as a plain "
-                    "attribute (ctx.x = x) hides it from autograd, which then cannot catch an "
-                    "in-place change to x (the version counter, section 5) and may keep it "
-                    "alive longer than the graph.")
+        raise Wrong(tr("forward saved nothing with ctx.save_for_backward: keeping x as a plain "
+                       "attribute (ctx.x = x) hides it from autograd, which then cannot catch an "
+                       "in-place change to x (the version counter, section 5) and may keep it "
+                       "alive longer than the graph."))
     if out.grad_fn is None:
-        raise Wrong("Cube.apply(x) gave a result autograd cannot go back through: compute "
-                    "it from x inside forward, not from x.detach() or under no_grad.")
+        raise Wrong(tr("Cube.apply(x) gave a result autograd cannot go back through: compute "
+                       "it from x inside forward, not from x.detach() or under no_grad."))
     upstream = torch.full_like(x, 2.0)
     (grad,) = torch.autograd.grad(out, x, upstream)
     slope = 3 * x.detach() ** 2
     if torch.allclose(grad, slope) and not torch.allclose(grad, upstream * slope):
-        raise Wrong("backward returns 3 x^2 whatever gradient it receives: multiply by "
-                    "grad_output (the chain rule), or a Cube inside a larger formula gets the "
-                    "wrong gradient.")
+        raise Wrong(tr("backward returns 3 x^2 whatever gradient it receives: multiply by "
+                       "grad_output (the chain rule), or a Cube inside a larger formula gets the "
+                       "wrong gradient."))
     try:
         torch.autograd.gradcheck(Cube.apply, (x,), raise_exception=True)
     except Exception as err:
-        raise Wrong("the forward is right but gradcheck rejects the backward: "
-                    + str(err).strip().splitlines()[0]) from None
+        raise Wrong(tr("the forward is right but gradcheck rejects the backward: {err}",
+                       err=str(err).strip().splitlines()[0])) from None
     return "gradcheck agrees with your backward."
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..checks import Wrong, close, equal, exercise, hints_for, why
+from ..i18n import tr
 
 
 def _time_to(seconds: Sequence[float], acc: Sequence[float], target: float,
@@ -36,7 +37,7 @@ def check_1(time_to: Callable[[Sequence[float], Sequence[float], float], float |
         got = time_to(list(seconds), list(acc), target)
         call = f"time_to(seconds={seconds}, accuracies={acc}, target={target})"
         if want is None:
-            equal(got, None, call, " (never reached: return None, not a number)")
+            equal(got, None, call, tr(" (never reached: return None, not a number)"))
             continue
         first = next(i for i, a in enumerate(acc) if a >= target)
         below = [i for i, a in enumerate(acc) if a < target]
@@ -70,10 +71,11 @@ def check_2(position: Callable[[int, int], tuple[int, int]]) -> str:
         try:
             got = tuple(got)
         except TypeError:
-            raise Wrong(f"position({step}, {per_epoch}) returned {got!r}: return a pair, "
-                        "(epoch, batches_to_skip).") from None
+            raise Wrong(tr("position({step}, {per_epoch}) returned {got}: return a pair, "
+                           "(epoch, batches_to_skip).", step=step, per_epoch=per_epoch,
+                           got=repr(got))) from None
         e, k = divmod(step, per_epoch)
-        equal(got, want, f"position({step}, {per_epoch})", why(
+        equal(got, want, tr("position({step}, {per_epoch})", step=step, per_epoch=per_epoch), why(
             got, want,
             ((e + 1, k), "epochs count from 0"),
             ((e, 0), "the batches of the epoch already done must be skipped: step % per_epoch"),
@@ -119,48 +121,58 @@ def check_3(predicted_bytes: float | Callable[[], float]) -> str:
     if isinstance(predicted_bytes, torch.Tensor) and predicted_bytes.numel() == 1:
         predicted_bytes = predicted_bytes.item()
     if isinstance(predicted_bytes, bool) or not isinstance(predicted_bytes, numbers.Real):
-        raise Wrong(f"predicted_bytes should be a number of bytes, got {type(predicted_bytes).__name__}")
+        raise Wrong(tr("predicted_bytes should be a number of bytes, got {kind}",
+                       kind=type(predicted_bytes).__name__))
     predicted_bytes = float(predicted_bytes)  # an int, a float or a NumPy number alike
     missing = counted - predicted_bytes
+    said = f"{predicted_bytes:,.0f}"
     # the feedback names what is missing, never by how many bytes: a prediction that is told its
     # gap can be corrected without being understood
     if missing == counted - params:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes is the parameters alone: state_dict() also "
-                    f"holds batch norm's buffers (running means and variances, and a counter)")
+        raise Wrong(tr("{predicted} bytes is the parameters alone: state_dict() also holds "
+                       "batch norm's buffers (running means and variances, and a counter)",
+                       predicted=said))
     if missing == counters:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out the num_batches_tracked counters: "
-                    f"buffers too, and not float32 (look at their dtype)")
+        raise Wrong(tr("{predicted} bytes leaves out the num_batches_tracked counters: "
+                       "buffers too, and not float32 (look at their dtype)", predicted=said))
     if missing == stats:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes leaves out batch norm's running means and "
-                    f"variances: they are buffers, saved with the weights")
+        raise Wrong(tr("{predicted} bytes leaves out batch norm's running means and "
+                       "variances: they are buffers, saved with the weights", predicted=said))
     if missing == counters / 2:
-        raise Wrong(f"{predicted_bytes:,.0f} bytes counts every element as 4 bytes, but the "
-                    "num_batches_tracked counters are int64: 8 bytes each")
+        raise Wrong(tr("{predicted} bytes counts every element as 4 bytes, but the "
+                       "num_batches_tracked counters are int64: 8 bytes each", predicted=said))
     elements = sum(t.numel() for t in state.values())
     if predicted_bytes in (elements, sum(p.numel() for p in model.parameters())):
-        raise Wrong(f"{predicted_bytes:,.0f} is a count of elements: count bytes, each element "
-                    "times its element_size()")
+        raise Wrong(tr("{predicted} is a count of elements: count bytes, each element "
+                       "times its element_size()", predicted=said))
     if predicted_bytes == state_bytes(model):
-        raise Wrong(f"{predicted_bytes:,.0f} bytes is the size of the file torch.save writes, "
-                    "names and layout included: the exercise asks for the bytes the tensors "
-                    "hold")
-    for factor, reason in [(0.25, "a quarter of what the tensors hold: a float32 element "
-                                  "is 4 bytes"),
-                           (0.5, "half of what the tensors hold: a float32 element is 4 bytes"),
-                           (2.0, "twice what the tensors hold: count each tensor once")]:
+        raise Wrong(tr("{predicted} bytes is the size of the file torch.save writes, "
+                       "names and layout included: the exercise asks for the bytes the tensors "
+                       "hold", predicted=said))
+    for factor, wrong in [(0.25, tr("{predicted} bytes is a quarter of what the tensors hold: "
+                                    "a float32 element is 4 bytes", predicted=said)),
+                          (0.5, tr("{predicted} bytes is half of what the tensors hold: a "
+                                   "float32 element is 4 bytes", predicted=said)),
+                          (2.0, tr("{predicted} bytes is twice what the tensors hold: count "
+                                   "each tensor once", predicted=said))]:
         if abs(predicted_bytes - factor * counted) <= 0.01 * factor * counted:
-            raise Wrong(f"{predicted_bytes:,.0f} bytes is {reason}")
+            raise Wrong(wrong)
     if predicted_bytes != counted:
         share = abs(missing) / counted
-        size = f"about {share:.0%}" if share >= 0.005 else "under 1%"
-        raise Wrong(f"{predicted_bytes:,.0f} bytes is {size} {'short of' if missing > 0 else 'more than'} "
-                    f"what the tensors hold: count each tensor of state_dict(), parameters and "
-                    f"buffers, as its elements times its bytes per element")
+        size = tr("about {share}", share=f"{share:.0%}") if share >= 0.005 else tr("under 1%")
+        if missing > 0:
+            raise Wrong(tr("{predicted} bytes is {size} short of what the tensors hold: count "
+                           "each tensor of state_dict(), parameters and buffers, as its elements "
+                           "times its bytes per element", predicted=said, size=size))
+        raise Wrong(tr("{predicted} bytes is {size} more than what the tensors hold: count each "
+                       "tensor of state_dict(), parameters and buffers, as its elements times "
+                       "its bytes per element", predicted=said, size=size))
     measured = state_bytes(model)
-    return (f"Exactly the {counted:,} bytes the tensors hold. The file torch.save writes is "
-            f"{measured:,} bytes: {measured - counted:,} more for names and layout "
-            f"({(measured - counted) / measured:.1%}). Add the optimizer's state (momentum: one "
-            f"more copy of the parameters) for a full checkpoint.")
+    return tr("Exactly the {counted} bytes the tensors hold. The file torch.save writes is "
+              "{measured} bytes: {extra} more for names and layout ({share}). Add the "
+              "optimizer's state (momentum: one more copy of the parameters) for a full "
+              "checkpoint.", counted=f"{counted:,}", measured=f"{measured:,}",
+              extra=f"{measured - counted:,}", share=f"{(measured - counted) / measured:.1%}")
 
 
 def _predicted() -> int:

@@ -6,6 +6,7 @@ import re
 from typing import Any, Callable
 
 from ..checks import Wrong, equal, exercise, hints_for, why
+from ..i18n import tr
 
 
 @exercise(1, "global ranks",
@@ -18,8 +19,8 @@ def check_1(global_rank: Callable[[int, int, int], int]) -> str:
     for node, local, per_node in [(0, 0, 4), (0, 3, 4), (1, 0, 4), (2, 1, 8), (3, 0, 1), (1, 2, 3)]:
         want = node * per_node + local
         got = global_rank(node, local, per_node)
-        equal(got, want,
-              f"global_rank(node_rank={node}, local_rank={local}, nproc_per_node={per_node})",
+        call = f"global_rank(node_rank={node}, local_rank={local}, nproc_per_node={per_node})"
+        equal(got, want, call,
               why(got, want,
                   (node + local, "each node holds nproc_per_node ranks: node_rank ranks of "
                                  "nodes come before"),
@@ -40,7 +41,8 @@ def check_2(steps_redone: Callable[[int, int], int]) -> str:
     for crash, every in [(25, 10), (20, 10), (7, 10), (99, 1), (31, 8)]:
         want = crash - (crash // every) * every
         got = steps_redone(crash, every)
-        equal(got, want, f"steps_redone(crash_step={crash}, every={every})", why(
+        call = f"steps_redone(crash_step={crash}, every={every})"
+        equal(got, want, call, why(
             got, want,
             (crash % every or every, "a checkpoint taken at the crash step itself saves all of "
                                      "it: nothing is redone"),
@@ -78,7 +80,7 @@ def _torchrun_parse(argv: list[str]) -> tuple[Any, dict[str, Any]]:
     except _Rejected as err:
         return str(err), defaults
     except SystemExit:  # --help and the like
-        return "it stops without running anything", defaults
+        return tr("it stops without running anything"), defaults
 
 
 @exercise(3, "a torchrun command for two nodes",
@@ -95,14 +97,14 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
         call = f"torchrun_for({nnodes}, {nproc}, {endpoint!r}, {module!r})"
         got = [str(a) for a in command(nnodes, nproc, endpoint, module)]
         if not got or got[0] != "torchrun":
-            raise Wrong(f"{call}: the command should start with 'torchrun'.")
+            raise Wrong(tr("{call}: the command should start with 'torchrun'.", call=call))
         parsed, defaults = _torchrun_parse(got[1:])
         if isinstance(parsed, str):
-            raise Wrong(f"{call}: torchrun rejects this command ({parsed}). Check each option's "
-                        "spelling against torchrun --help.")
+            raise Wrong(tr("{call}: torchrun rejects this command ({parsed}). Check each "
+                           "option's spelling against torchrun --help.", call=call, parsed=parsed))
         if parsed.standalone:
-            raise Wrong("--standalone makes each node a job of its own: the two nodes would "
-                        "never meet.")
+            raise Wrong(tr("--standalone makes each node a job of its own: the two nodes would "
+                           "never meet."))
         wanted = {"nnodes": str(nnodes), "nproc-per-node": str(nproc), "rdzv-backend": "c10d",
                   "rdzv-endpoint": endpoint}
         for name, value in wanted.items():
@@ -110,15 +112,20 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
             have = str(getattr(parsed, attr))
             if have != value:
                 given = getattr(parsed, attr) != defaults[attr]
-                shown = f", got {have!r}" if given else ""
-                fixed = (" (take it from the arguments, not a fixed value)"
+                shown = tr(", got {have}", have=repr(have)) if given else ""
+                fixed = (tr(" (take it from the arguments, not a fixed value)")
                          if given and nnodes == 3 else "")
-                raise Wrong(f"{call}: --{name} should be {value}{shown}{fixed}.")
+                raise Wrong(tr("{call}: --{name} should be {value}{shown}{fixed}.", call=call,
+                               name=name, value=value, shown=shown, fixed=fixed))
         if not parsed.rdzv_id or parsed.rdzv_id == defaults["rdzv_id"]:
-            raise Wrong("add --rdzv-id=SOMETHING (not empty): both nodes must name the same job.")
+            raise Wrong(tr("add --rdzv-id=SOMETHING (not empty): both nodes must name the same "
+                           "job."))
         if not parsed.module or parsed.training_script != module or parsed.training_script_args:
-            raise Wrong(f"{call}: end with '-m', {module!r}, so torchrun runs the module"
-                        + (" (take it from the arguments)." if nnodes == 3 else "."))
+            if nnodes == 3:
+                raise Wrong(tr("{call}: end with '-m', {module}, so torchrun runs the module "
+                               "(take it from the arguments).", call=call, module=repr(module)))
+            raise Wrong(tr("{call}: end with '-m', {module}, so torchrun runs the module.",
+                           call=call, module=repr(module)))
     return "torchhw.distributed.agents.torchrun_command builds the same, and the Slurm script uses it."
 
 
@@ -147,13 +154,14 @@ def check_4(culprits: Callable[[str], list[int]]) -> str:
         got = culprits(report)
         call = f"culprits({report[-70:]!r})"
         if not isinstance(got, (list, tuple)):
-            raise Wrong(f"{call} returned {type(got).__name__}: return a list of rank numbers.")
+            raise Wrong(tr("{call} returned {kind}: return a list of rank numbers.", call=call,
+                           kind=type(got).__name__))
         if not all(isinstance(r, int) and not isinstance(r, bool) for r in got):
-            raise Wrong(f"{call} = {list(got)!r}: return the ranks as ints (int() each match), "
-                        "not strings.")
+            raise Wrong(tr("{call} = {got}: return the ranks as ints (int() each match), not "
+                           "strings.", call=call, got=repr(list(got))))
         got = list(got)
         if sorted(got) == want and got != want:
-            raise Wrong(f"{call} = {got}: the right ranks, but sort them.")
+            raise Wrong(tr("{call} = {got}: the right ranks, but sort them.", call=call, got=got))
         equal(got, want, call, why(
             got, want,
             (sorted(set([0] + want)), "rank 0 reports the hang; it passed the barrier itself"),

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..checks import TorchCalls, Wrong, equal, exercise, hints_for, same_tensor, why
+from ..i18n import _, tr
 
 
 _SPLITS = {"chunk", "tensor_split", "split", "split_with_sizes", "unsafe_chunk", "unsafe_split"}
@@ -30,16 +31,17 @@ def check_1(sizes: Callable[[int, int], list[int]]) -> str:
             got = sizes(batch, devices)
         used = ops.names & _SPLITS
         if used:
-            raise Wrong(f"sizes({batch}, devices={devices}) calls {', '.join(sorted(used))}: "
-                        "the exercise is to work the sizes out from the numbers, without "
-                        "torch.chunk.")
+            raise Wrong(tr("sizes({batch}, devices={devices}) calls {names}: the exercise is to "
+                           "work the sizes out from the numbers, without torch.chunk.",
+                           batch=batch, devices=devices, names=", ".join(sorted(used))))
         try:
             got = [int(n) for n in got]
         except (TypeError, ValueError):
-            raise Wrong(f"sizes({batch}, devices={devices}) returned {got!r}: return a list of "
-                        "chunk sizes.") from None
+            raise Wrong(tr("sizes({batch}, devices={devices}) returned {got}: return a list of "
+                           "chunk sizes.", batch=batch, devices=devices, got=repr(got))) from None
         per = -(-batch // devices)
-        equal(got, want, f"sizes({batch}, devices={devices})", why(
+        call = tr("sizes({batch}, devices={devices})", batch=batch, devices=devices)
+        equal(got, want, call, why(
             got, want,
             ([len(c) for c in torch.arange(batch).tensor_split(devices)],
              "that is tensor_split, which spreads the rows over all devices; chunk gives each "
@@ -115,28 +117,31 @@ def _check_strip(strip: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tens
     plain = net()
     fixed = strip(state)
     if list(state) != keys:
-        raise Wrong("your function changed the state_dict it was given; build a new dict.")
+        raise Wrong(tr("your function changed the state_dict it was given; build a new dict."))
     if not isinstance(fixed, dict):
-        raise Wrong(f"return a dict of the same tensors, got {type(fixed).__name__}.")
+        raise Wrong(tr("return a dict of the same tensors, got {kind}.",
+                       kind=type(fixed).__name__))
     if list(fixed) == keys:
-        raise Wrong("the keys still start with 'module.': the plain model's keys do not have "
-                    "it.")
+        raise Wrong(tr("the keys still start with 'module.': the plain model's keys do not "
+                       "have it."))
     lost = [k for k in keys if "submodule." in k.removeprefix("module.")
             and k.removeprefix("module.") not in fixed]
     if lost and any(k.replace("module.", "") in fixed for k in lost):
-        raise Wrong("'module.' was removed inside the key too: 'module.submodule.weight' must "
-                    "become 'submodule.weight'. Remove the prefix at the start only "
-                    "(replace() removes every occurrence).")
+        raise Wrong(tr("'module.' was removed inside the key too: 'module.submodule.weight' "
+                       "must become 'submodule.weight'. Remove the prefix at the start only "
+                       "(replace() removes every occurrence)."))
     stripped = [k for k in keys if k.lstrip("module.") != k.removeprefix("module.")]
     if stripped and all(k.lstrip("module.") in fixed for k in stripped):
         k = stripped[0]
-        raise Wrong(f"{k!r} became {k.lstrip('module.')!r}: lstrip() removes any of the "
-                    "characters m, o, d, u, l, e and '.', not the prefix 'module.'. Remove "
-                    "exactly the prefix (removeprefix(), or slice off len('module.')).")
+        raise Wrong(tr("{key} became {stripped}: lstrip() removes any of the characters m, o, "
+                       "d, u, l, e and '.', not the prefix 'module.'. Remove exactly the prefix "
+                       "(removeprefix(), or slice off len('module.')).", key=repr(k),
+                       stripped=repr(k.lstrip("module."))))
     try:
         plain.load_state_dict(fixed)
     except RuntimeError as err:
-        raise Wrong(f"load_state_dict(strict=True) still fails: {str(err).splitlines()[-1].strip()}")
+        raise Wrong(tr("load_state_dict(strict=True) still fails: {error}",
+                       error=str(err).splitlines()[-1].strip()))
     x = torch.randn(5, 4)
     same_tensor(plain(x), wrapped.module(x), "the plain model's output")
 
@@ -175,7 +180,8 @@ def check_3(predict: Callable[[int, float, bool], float]) -> str:
     iterations = _calibrate(0.03)
     lines, guesses = [], []
     for replicas, holds_gil in [(6, True), (4, False)]:
-        what = f"{replicas} replicas {'in Python' if holds_gil else 'waiting outside Python'}"
+        what = (tr("{replicas} replicas in Python", replicas=replicas) if holds_gil else
+                tr("{replicas} replicas waiting outside Python", replicas=replicas))
         for attempt in range(3):  # a busy machine can slow a run down: a near miss is retried
             if holds_gil:
                 work: Callable[[], Any] = lambda: _python_work(iterations)  # noqa: E731
@@ -193,26 +199,30 @@ def check_3(predict: Callable[[int, float, bool], float]) -> str:
                 break
         if not 0.5 <= ratio <= 2:
             if holds_gil and math.isclose(guess, seconds, rel_tol=0.01):
-                reason = (" (that is the time of one replica: threads in Python take turns "
-                          "under the GIL, they do not overlap)")
+                reason = _("that is the time of one replica: threads in Python take turns "
+                           "under the GIL, they do not overlap")
             elif not holds_gil and math.isclose(guess, replicas * seconds, rel_tol=0.01):
-                reason = (" (threads that wait outside Python, as in a GPU kernel or a sleep, "
-                          "let go of the GIL and overlap)")
+                reason = _("threads that wait outside Python, as in a GPU kernel or a sleep, "
+                           "let go of the GIL and overlap")
             elif holds_gil and math.isclose(guess, float(predict(replicas // 2, seconds, True)),
                                             rel_tol=0.01):
-                reason = (" (your prediction does not grow with the number of replicas: in "
-                          "Python they take turns under the GIL)")
+                reason = _("your prediction does not grow with the number of replicas: in "
+                           "Python they take turns under the GIL")
             elif guesses and math.isclose(guess, guesses[0], rel_tol=0.01):
-                reason = " (your prediction is the same for both kinds of work)"
+                reason = _("your prediction is the same for both kinds of work")
             else:
-                reason = f" ({ratio:.3g} times what the threads took)"
-            raise Wrong(f"{what}, {seconds * 1e3:.0f} ms each: you predicted {guess * 1e3:.0f} ms, "
-                        f"the threads took {measured * 1e3:.0f} ms{reason}; within a factor of "
-                        "2 passes.")
+                reason = tr("{ratio} times what the threads took", ratio=f"{ratio:.3g}")
+            raise Wrong(tr("{what}, {each} ms each: you predicted {guess} ms, the threads took "
+                           "{measured} ms ({reason}); within a factor of 2 passes.", what=what,
+                           each=f"{seconds * 1e3:.0f}", guess=f"{guess * 1e3:.0f}",
+                           measured=f"{measured * 1e3:.0f}", reason=reason))
         guesses.append(guess)
-        lines.append(f"{what}, {seconds * 1e3:.0f} ms each: predicted {guess * 1e3:.0f} ms, "
-                     f"measured {measured * 1e3:.0f} ms")
-    return "; ".join(lines) + ". That is DataParallel's Python overhead: it does not overlap."
+        lines.append(tr("{what}, {each} ms each: predicted {guess} ms, measured {measured} ms",
+                        what=what, each=f"{seconds * 1e3:.0f}", guess=f"{guess * 1e3:.0f}",
+                        measured=f"{measured * 1e3:.0f}"))
+    first, second = lines  # the threads in Python, then those waiting outside it
+    return tr("{first}; {second}. That is DataParallel's Python overhead: it does not overlap.",
+              first=first, second=second)
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3}

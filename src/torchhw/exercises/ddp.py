@@ -8,6 +8,7 @@ from typing import Any, Callable
 from torch.utils.data import DistributedSampler
 
 from ..checks import Wrong, close, equal, exercise, hints_for, mark, why
+from ..i18n import tr
 
 
 def _shard(n: int, rank: int, world: int, wrap_once: bool = False) -> list[int]:
@@ -33,12 +34,13 @@ def check_1(shard: Callable[[int, int, int], list[int]]) -> str:
         for rank in range(world):
             want = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
             got = shard(n, rank, world)
+            call = f"shard({n}, rank={rank}, world={world})"
             try:
                 got = [int(i) for i in got]
             except (TypeError, ValueError):
-                raise Wrong(f"shard({n}, rank={rank}, world={world}) returned {got!r}: return "
-                            "a list of indices.") from None
-            equal(got, want, f"shard({n}, rank={rank}, world={world})", why(
+                raise Wrong(tr("{call} returned {got}: return a list of indices.", call=call,
+                               got=repr(got))) from None
+            equal(got, want, call, why(
                 got, want,
                 (list(range(rank, n, world)), "without padding the ranks get different numbers "
                                               "of examples: pad the list to a multiple of "
@@ -67,7 +69,8 @@ def check_2(scale: Callable[[int, str], float]) -> str:
     for world in (1, 2, 8):
         for reduction, want in (("mean", 1.0), ("sum", float(world))):
             got = scale(world, reduction)
-            close(got, want, f"scale({world}, {reduction!r})", extra=why(
+            call = f"scale({world}, {reduction!r})"
+            close(got, want, call, extra=why(
                 got, want,
                 (float(world), "a mean loss needs no scaling: averaging equal shards' averages "
                                "gives the full batch's average"),
@@ -92,7 +95,8 @@ def check_3(speedup: Callable[[float, float, int], float]) -> str:
     for t, c, n in [(1.0, 0.0, 4), (1.0, 0.1, 4), (0.02, 0.01, 8), (3.0, 0.5, 1)]:
         want = _speedup(t, c, n)
         got = speedup(t, c, n)
-        close(got, want, f"speedup(t={t}, c={c}, N={n})", extra=why(
+        call = f"speedup(t={t}, c={c}, N={n})"
+        close(got, want, call, extra=why(
             got, want,
             (t / (t / n + c), "one rank alone has nobody to talk to: it pays no c"),
             (float(n), "that is the ideal speed-up: the all-reduce time c does not shrink "
@@ -137,18 +141,20 @@ def _check_4(answer: tuple[Callable[[int, int, str], float], Any]) -> str:
         for how in ("ddp", "fsdp"):
             want = _bytes_per_rank(params, n, how)
             got = fn(params, n, how)
-            close(got, want, f"bytes_per_rank({params:,}, {n}, {how!r})", rel=1e-6,
+            call = f"bytes_per_rank({params:,}, {n}, {how!r})"
+            close(got, want, call, rel=1e-6,
                   extra=_mistakes_4(got, want, params, n, how))
     if measured:
         n = len(measured)
         total = measured[0]["ddp"]["params"]
         held = [m["ddp"]["weights"] + m["ddp"]["grads"] + m["ddp"]["adam"] for m in measured]
-        close(fn(total, n, "ddp"), held[0], f"bytes_per_rank({total}, {n}, 'ddp') against the "
-              f"measurement of rank 0", rel=0.01)
+        close(fn(total, n, "ddp"), held[0], tr("bytes_per_rank({total}, {n}, 'ddp') against the "
+                                               "measurement of rank 0", total=total, n=n), rel=0.01)
         # FSDP's shards differ where a dimension does not divide by n: compare all ranks' sum
         shards = sum(m["fsdp"]["weights"] + m["fsdp"]["grads"] + m["fsdp"]["adam"] for m in measured)
-        close(n * fn(total, n, "fsdp"), shards, f"{n} x bytes_per_rank({total}, {n}, 'fsdp') "
-              f"against the sum the {n} ranks measured", rel=0.01)
+        close(n * fn(total, n, "fsdp"), shards, tr("{n} x bytes_per_rank({total}, {n}, 'fsdp') "
+                                                   "against the sum the {n} ranks measured",
+                                                   total=total, n=n), rel=0.01)
         return ("It matches what the ranks measured. A 7B model needs 112 GB per GPU under DDP "
                 "(140 GB with its buckets), before activations.")
     return ("A 7B-parameter model needs 112 GB per GPU under DDP (140 GB with its buckets), "

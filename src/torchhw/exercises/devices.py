@@ -11,6 +11,7 @@ from ..bench import fmt_time, measure
 from ..checkpoint import move
 from ..checks import Wrong, equal, exercise, hints_for, why
 from ..device import pick_device
+from ..i18n import _, tr
 
 MIB = 2**20
 
@@ -38,12 +39,13 @@ def _factor(ratios: list[float]) -> str:
     factor is named only when every try lands near it (8 within 1.5 times either way, the far
     larger ones within 2), so noise on a busy machine is not taken for a mistake."""
     for factor, spread, reason in [
-            (1e9, 2, "GB/s means 1e9 bytes per second: divide by gbps * 1e9"),
-            (1e-9, 2, "GB/s means 1e9 bytes per second: divide by gbps * 1e9, do not multiply"),
-            (8, 1.5, "8 times: nbytes counts bytes, and GB/s is bytes per second, not bits"),
-            (1e3, 2, "a thousand times: the time is asked in seconds, not milliseconds")]:
+            (1e9, 2, _(" (GB/s means 1e9 bytes per second: divide by gbps * 1e9)")),
+            (1e-9, 2, _(" (GB/s means 1e9 bytes per second: divide by gbps * 1e9, do not "
+                        "multiply)")),
+            (8, 1.5, _(" (8 times: nbytes counts bytes, and GB/s is bytes per second, not bits)")),
+            (1e3, 2, _(" (a thousand times: the time is asked in seconds, not milliseconds)"))]:
         if ratios and all(factor / spread <= r <= factor * spread for r in ratios):
-            return f" ({reason})"
+            return reason
     return ""
 
 
@@ -58,18 +60,19 @@ def check_1(predict: Callable[[int, float], float]) -> str:
     # twice the bandwidth about half the time. A constant or an upside-down formula fails here.
     base = float(predict(128 * MIB, 10.0))
     if not base > 0 or not math.isfinite(base):
-        raise Wrong(f"predict({128 * MIB}, 10.0) = {base}: a time must be a positive number "
-                    "of seconds.")
+        raise Wrong(tr("predict({nbytes}, {gbps}) = {time}: a time must be a positive number "
+                       "of seconds.", nbytes=128 * MIB, gbps="10.0", time=base))
     larger, faster = float(predict(1024 * MIB, 10.0)) / base, float(predict(128 * MIB, 20.0)) / base
     if not 4 <= larger <= 16:
-        raise Wrong(f"your prediction for 1 GiB is {larger:.3g} times the one for 128 MiB at "
-                    "the same bandwidth: a copy of 8 times the bytes should take about 8 times "
-                    "as long.")
+        raise Wrong(tr("your prediction for 1 GiB is {times} times the one for 128 MiB at "
+                       "the same bandwidth: a copy of 8 times the bytes should take about 8 "
+                       "times as long.", times=f"{larger:.3g}"))
     if not 0.25 <= faster <= 0.75:
-        raise Wrong(f"doubling the bandwidth changes your prediction {faster:.3g} times: twice "
-                    "the bytes per second should take about half the time.")
+        raise Wrong(tr("doubling the bandwidth changes your prediction {times} times: twice "
+                       "the bytes per second should take about half the time.",
+                       times=f"{faster:.3g}"))
     device = pick_device("auto")
-    what = "host to GPU, pinned" if device.type == "cuda" else "RAM to RAM on the CPU"
+    what = _("host to GPU, pinned") if device.type == "cuda" else _("RAM to RAM on the CPU")
     small, large = 32 * MIB, 128 * MIB
     # a busy machine slows timings down, by any factor: measure again on every miss and judge
     # the best of the tries; a mistake is named only when every try misses by its factor
@@ -79,23 +82,27 @@ def check_1(predict: Callable[[int, float], float]) -> str:
         gbps = small / _copy_seconds(small, device) / 1e9
         predicted = float(predict(large, gbps))
         if not predicted > 0 or not math.isfinite(predicted):
-            raise Wrong(f"predict({large}, {gbps:.1f}) = {predicted}: a time must be a positive "
-                        f"number of seconds.")
+            raise Wrong(tr("predict({nbytes}, {gbps}) = {time}: a time must be a positive "
+                           "number of seconds.", nbytes=large, gbps=f"{gbps:.1f}", time=predicted))
         measured = _copy_seconds(large, device)
         ratio = predicted / measured
         ratios.append(ratio)
-        report = (f"bandwidth measured on 32 MiB ({what}): {gbps:.1f} GB/s; your prediction "
-                  f"for 128 MiB: {fmt_time(predicted)}; measured: {fmt_time(measured)}")
+        report = tr("bandwidth measured on 32 MiB ({what}): {gbps} GB/s; your prediction "
+                    "for 128 MiB: {predicted}; measured: {measured}", what=what,
+                    gbps=f"{gbps:.1f}", predicted=fmt_time(predicted), measured=fmt_time(measured))
         if best is None or abs(math.log(ratio)) < abs(math.log(best[0])):
             best = (ratio, report)
         if 0.5 <= ratio <= 2:
             break
     ratio, report = best
     if not 0.5 <= ratio <= 2:
-        tries = f" (the best of {len(ratios)} measurements)" if len(ratios) > 1 else ""
-        raise Wrong(f"{report}, {ratio:.3g} times the measurement{tries}{_factor(ratios)}; "
-                    "within a factor of 2 passes.")
-    return f"{report}. Size over bandwidth predicts a large copy well; small ones add latency."
+        tries = (tr(" (the best of {count} measurements)", count=len(ratios))
+                 if len(ratios) > 1 else "")
+        raise Wrong(tr("{report}, {ratio} times the measurement{tries}{mistake}; within a factor "
+                       "of 2 passes.", report=report, ratio=f"{ratio:.3g}", tries=tries,
+                       mistake=_factor(ratios)))
+    return tr("{report}. Size over bandwidth predicts a large copy well; small ones add latency.",
+              report=report)
 
 
 def _nested() -> Any:
@@ -107,27 +114,32 @@ def _nested() -> Any:
 def _compare(got: Any, want: Any, where: str, device: torch.device) -> None:
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
-            raise Wrong(f"{where} should be a tensor, got {type(got).__name__}.")
+            raise Wrong(tr("{where} should be a tensor, got {kind}.", where=where,
+                           kind=type(got).__name__))
         if got.device != device:
-            raise Wrong(f"{where} is on {got.device}, expected {device}: every tensor must "
-                        "move, however deep in dicts, lists and tuples it sits (recurse).")
+            raise Wrong(tr("{where} is on {got}, expected {want}: every tensor must move, "
+                           "however deep in dicts, lists and tuples it sits (recurse).",
+                           where=where, got=got.device, want=device))
         if got.shape != want.shape or got.dtype != want.dtype:
-            raise Wrong(f"{where} changed shape or dtype: {tuple(got.shape)} {got.dtype}.")
+            raise Wrong(tr("{where} changed shape or dtype: {shape} {dtype}.", where=where,
+                           shape=tuple(got.shape), dtype=got.dtype))
         return
     if type(got) is not type(want):
         what = type(want).__name__
-        raise Wrong(f"{where} is a {type(got).__name__}, expected a {what} (keep each "
-                    f"container's type: type(value)(...) rebuilds a {what}).")
+        raise Wrong(tr("{where} is a {kind}, expected a {what} (keep each container's type: "
+                       "type(value)(...) rebuilds a {what}).", where=where,
+                       kind=type(got).__name__, what=what))
     if isinstance(want, dict):
-        equal(sorted(got), sorted(want), f"the keys of {where}")
+        equal(sorted(got), sorted(want), tr("the keys of {where}", where=where))
         for k in want:
             _compare(got[k], want[k], f"{where}[{k!r}]", device)
     elif isinstance(want, (list, tuple)):
-        equal(len(got), len(want), f"len({where})")
+        equal(len(got), len(want), tr("len({where})", where=where))
         for i, (a, b) in enumerate(zip(got, want)):
             _compare(a, b, f"{where}[{i}]", device)
     elif got is not want and got != want:
-        raise Wrong(f"{where} = {got!r} should be left as it is ({want!r}).")
+        raise Wrong(tr("{where} = {got} should be left as it is ({want}).", where=where,
+                       got=repr(got), want=repr(want)))
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -152,9 +164,9 @@ def check_2(to_device: Callable[[Any, Any], Any]) -> str:
     try:
         _compare(batch, before, "batch", torch.device("cpu"))
     except Wrong:
-        raise Wrong("the original batch was changed: build new dicts and lists of the moved "
-                    "values (tensor.to() returns a new tensor) and leave the given ones as "
-                    "they were.") from None
+        raise Wrong(tr("the original batch was changed: build new dicts and lists of the "
+                       "moved values (tensor.to() returns a new tensor) and leave the given "
+                       "ones as they were.")) from None
     _compare(moved, batch, "batch", meta)
     return ("Checked on the meta device, which exists everywhere; the same function moves a "
             "batch to 'cuda' or 'mps'.")
@@ -191,7 +203,9 @@ def check_3(threads: Callable[[str, int, int], int]) -> str:
                                      ("max 100000", 2, 4)]:
         want = _threads(cpu_max, affinity, procs)
         got = threads(cpu_max, affinity, procs)
-        equal(got, want, f"threads({cpu_max!r}, affinity={affinity}, processes={procs})", why(
+        call = tr("threads({cpu_max}, affinity={affinity}, processes={processes})",
+                  cpu_max=repr(cpu_max), affinity=affinity, processes=procs)
+        equal(got, want, call, why(
             got, want,
             (max(1, affinity // procs), "the quota in cpu.max is left out: a container may own "
                                         "fewer CPUs than the affinity shows"),

@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..checks import close, exercise, hints_for, why
+from ..i18n import _, tr
+
+
+def _call(name: str, *args: Any) -> str:
+    """A call as Python writes it, e.g. ``gflops(1024, 1024, 1024, 0.0125)``: code, the same in
+    every language, so a name for close() that needs no translation."""
+    return f"{name}({', '.join(str(arg) for arg in args)})"
 
 
 @exercise(1, "GFLOP/s from a timing",
@@ -17,7 +24,7 @@ def check_1(gflops: Callable[[int, int, int, float], float]) -> str:
     for m, k, n, seconds in [(1024, 1024, 1024, 0.0125), (64, 4096, 256, 0.001), (1, 1, 1, 1e-9)]:
         want = 2 * m * k * n / seconds / 1e9
         got = gflops(m, k, n, seconds)
-        close(got, want, f"gflops({m}, {k}, {n}, {seconds})", extra=why(
+        close(got, want, _call("gflops", m, k, n, seconds), extra=why(
             got, want,
             (m * n * (2 * k - 1) / seconds / 1e9, "that counts the k - 1 additions of a dot product "
              "exactly; rates and peaks are quoted counting each multiply-add as 2 FLOP, 2*m*k*n, "
@@ -39,7 +46,7 @@ def check_2(intensity: Callable[[int, int], float]) -> str:
     for n, size in [(1024, 4), (256, 2), (4096, 8)]:
         want = 2 * n**3 / (3 * n * n * size)
         got = intensity(n, size)
-        close(got, want, f"intensity({n}, {size})", extra=why(
+        close(got, want, _call("intensity", n, size), extra=why(
             got, want,
             (want / 2, "half the answer: is a multiply-add one FLOP or two?"),
             (want * size, "FLOP per element, not per byte: multiply the elements by "
@@ -59,15 +66,15 @@ def check_3(attainable: Callable[[float, float, float], float]) -> str:
     cases = [(0.083, 190, 20), (170, 190, 20), (9.5, 190, 20), (2, 1e6, 3e3), (2, 1e15, 3e3)]
     answers = [attainable(*case) for case in cases]
     mistakes = {  # judged over every case at once: one case alone cannot tell some of them apart
-        "the compute peak alone: at low intensity memory cannot feed it":
+        _("the compute peak alone: at low intensity memory cannot feed it"):
             lambda i, p, b: p,
-        "the memory roof alone: no kernel beats the compute peak":
+        _("the memory roof alone: no kernel beats the compute peak"):
             lambda i, p, b: i * b,
-        "the larger of the two roofs: a kernel is held back by the smaller":
+        _("the larger of the two roofs: a kernel is held back by the smaller"):
             lambda i, p, b: max(p, i * b),
-        "GB/s and GFLOP/s already carry the 1e9: intensity x bandwidth needs no factor":
+        _("GB/s and GFLOP/s already carry the 1e9: intensity x bandwidth needs no factor"):
             lambda i, p, b: min(p, i * b * 1e9),
-        "FLOP/byte times bytes/s gives FLOP/s: multiply by the bandwidth":
+        _("FLOP/byte times bytes/s gives FLOP/s: multiply by the bandwidth"):
             lambda i, p, b: min(p, i / b),
     }
     wrong_at = [k for k, (case, got) in enumerate(zip(cases, answers))
@@ -76,8 +83,8 @@ def check_3(attainable: Callable[[float, float, float], float]) -> str:
         named = next((reason for reason, f in mistakes.items()
                       if all(_close_enough(got, f(*case)) for case, got in zip(cases, answers))), "")
         case = cases[wrong_at[0]]
-        close(answers[wrong_at[0]], min(case[1], case[0] * case[2]), f"attainable{case}",
-              extra=f" ({named})" if named else "")
+        close(answers[wrong_at[0]], min(case[1], case[0] * case[2]), _call("attainable", *case),
+              extra=tr(" ({reason})", reason=named) if named else "")
     return "Left of the ridge an op waits for memory; right of it, for arithmetic."
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..checks import Wrong, equal, exercise, hints_for, why
+from ..i18n import tr
 
 
 @exercise(1, "parameters of a Linear layer",
@@ -20,7 +21,8 @@ def check_1(linear_params: Callable[..., int]) -> str:
     for fan_in, fan_out, bias in [(64, 128, True), (3, 1, False), (512, 10, True), (7, 5, False)]:
         want = sum(p.numel() for p in nn.Linear(fan_in, fan_out, bias=bias).parameters())
         got = linear_params(fan_in, fan_out, bias)
-        equal(got, want, f"linear_params({fan_in}, {fan_out}, bias={bias})", why(
+        call = f"linear_params({fan_in}, {fan_out}, bias={bias})"  # code, in every language
+        equal(got, want, call, why(
             got, want,
             (fan_in * fan_out, "that leaves out the bias, one number per output"),
             (fan_in * fan_out + fan_in, "the bias has one number per output, not per input"),
@@ -43,9 +45,9 @@ def check_2(conv_out: Callable[..., int]) -> str:
         try:
             got = conv_out(size, k, s, p)
         except ZeroDivisionError:
-            raise Wrong(f"{call} divided by zero: with padding={p} that means padding was used "
-                        f"as the stride. nn.Conv2d's order is kernel_size, stride, padding; "
-                        f"divide by stride, add 2 * padding.") from None
+            raise Wrong(tr("{call} divided by zero: with padding={p} that means padding was used "
+                           "as the stride. nn.Conv2d's order is kernel_size, stride, padding; "
+                           "divide by stride, add 2 * padding.", call=call, p=p)) from None
         want = nn.Conv2d(1, 1, k, stride=s, padding=p)(torch.zeros(1, 1, size, size)).shape[-1]
         if got != want and s != p:
             try:
@@ -53,12 +55,13 @@ def check_2(conv_out: Callable[..., int]) -> str:
             except Exception:
                 swapped = None
             if swapped == want:
-                raise Wrong(f"{call} = {got}, expected {want}: your function takes padding "
-                            f"before stride. nn.Conv2d's order is kernel_size, stride, padding: "
-                            f"def conv_out(size, kernel, stride=1, padding=0).")
+                raise Wrong(tr("{call} = {got}, expected {want}: your function takes padding "
+                               "before stride. nn.Conv2d's order is kernel_size, stride, padding: "
+                               "def conv_out(size, kernel, stride=1, padding=0).", call=call,
+                               got=got, want=want))
         if isinstance(got, float) and got != int(got) and math.floor(got) == want:
-            raise Wrong(f"{call} = {got}: a kernel position either fits or it does not, so "
-                        "round the division down (//).")
+            raise Wrong(tr("{call} = {got}: a kernel position either fits or it does not, so "
+                           "round the division down (//).", call=call, got=got))
         equal(got, want, call, why(
             got, want,
             ((size + 2 * s - k) // p + 1 if p else None, "that is the answer with stride and "
@@ -74,8 +77,9 @@ def check_2(conv_out: Callable[..., int]) -> str:
         try:
             by_name = conv_out(size, k, stride=s, padding=p)
         except TypeError as err:
-            raise Wrong(f"{named} raised TypeError ({err}): name the arguments as nn.Conv2d "
-                        f"does, def conv_out(size, kernel, stride=1, padding=0).") from None
+            raise Wrong(tr("{named} raised TypeError ({err}): name the arguments as nn.Conv2d "
+                           "does, def conv_out(size, kernel, stride=1, padding=0).", named=named,
+                           err=err)) from None
         equal(by_name, want, named)
     return "The same formula gives the size after pooling (padding 0, stride = kernel)."
 
@@ -108,7 +112,7 @@ def _check_count(count_trainable: Callable[[nn.Module], int], model: nn.Module) 
     if got != want:
         trainable = [p for p in model.parameters() if p.requires_grad]
         frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
-        where = ", ".join(frozen) if frozen else "nothing"
+        where = ", ".join(frozen) if frozen else tr("nothing")
         extra = why(got, want,
                     (sum(p.numel() for p in model.parameters()), "that counts the frozen layer "
                                                                  "too"),
@@ -122,10 +126,11 @@ def _check_count(count_trainable: Callable[[nn.Module], int], model: nn.Module) 
                     (sum(len(p) for p in trainable), "len() is a tensor's first dimension; "
                                                      "numel() counts all its numbers"))
         if not extra:
-            extra = (f" (in this model the frozen parameters are: {where}; ask each parameter "
-                     "whether it requires_grad rather than skipping fixed positions)")
-        raise Wrong(f"count_trainable gave {got} for {_describe(model)}, expected "
-                    f"{want}{extra}.")
+            extra = tr(" (in this model the frozen parameters are: {where}; ask each parameter "
+                       "whether it requires_grad rather than skipping fixed positions)",
+                       where=where)
+        raise Wrong(tr("count_trainable gave {got} for {model}, expected {want}{extra}.", got=got,
+                       model=_describe(model), want=want, extra=extra))
 
 
 def _describe(model: nn.Module) -> str:
@@ -207,36 +212,39 @@ def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
         torch.manual_seed(depth)
         model = make_stack(depth, width)
         if not isinstance(model, nn.Module):
-            raise Wrong(f"{call} should return an nn.Module, got {type(model).__name__}.")
+            raise Wrong(tr("{call} should return an nn.Module, got {kind}.", call=call,
+                           kind=type(model).__name__))
         got = sum(p.numel() for p in model.parameters())
         want = depth * (width * width + width)
         layers = [m for _, m in model.named_modules(remove_duplicate=False)
                   if isinstance(m, nn.Linear)]
         if got != want:
             if got == 0:
-                extra = (" Python lists hide their layers from nn.Module: keep them in "
-                         "nn.ModuleList or nn.Sequential.")
+                extra = tr(" Python lists hide their layers from nn.Module: keep them in "
+                           "nn.ModuleList or nn.Sequential.")
             elif len(layers) == depth and len({id(m) for m in layers}) < depth:
-                extra = (" The same Linear appears several times ([layer] * depth repeats one "
-                         "object): make a new Linear for each position.")
+                extra = tr(" The same Linear appears several times ([layer] * depth repeats one "
+                           "object): make a new Linear for each position.")
             else:
                 extra = ""
-            raise Wrong(f"{call}.parameters() holds {got} numbers, expected {want}.{extra}")
+            raise Wrong(tr("{call}.parameters() holds {got} numbers, expected {want}.{extra}",
+                           call=call, got=got, want=want, extra=extra))
         if not layers:
-            raise Wrong(f"{call} holds the right number of parameters but no nn.Linear "
-                        f"layers ({type(model).__name__}): the task asks for {depth} "
-                        f"Linear({width}, {width}) layers, each followed by a ReLU.")
+            raise Wrong(tr("{call} holds the right number of parameters but no nn.Linear "
+                           "layers ({kind}): the task asks for {depth} "
+                           "Linear({width}, {width}) layers, each followed by a ReLU.", call=call,
+                           kind=type(model).__name__, depth=depth, width=width))
         x = torch.randn(6, width, generator=torch.Generator().manual_seed(width))
         try:
             out = model(x)
         except NotImplementedError:
-            raise Wrong(f"{call} returns a module without a forward ({type(model).__name__} "
-                        "only holds the layers): give it a forward that runs them, or use "
-                        "nn.Sequential.") from None
+            raise Wrong(tr("{call} returns a module without a forward ({kind} "
+                           "only holds the layers): give it a forward that runs them, or use "
+                           "nn.Sequential.", call=call, kind=type(model).__name__)) from None
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (6, width):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise Wrong(f"{call} should map a ({6}, {width}) batch to ({6}, {width}); got "
-                        f"{shape}.")
+            raise Wrong(tr("{call} should map a (6, {width}) batch to (6, {width}); got "
+                           "{shape}.", call=call, width=width, shape=shape))
         if len(layers) == depth:  # the reference: the same layers, each followed by a ReLU
             expected = x
             for layer in layers:
@@ -246,13 +254,13 @@ def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
                 for i, layer in enumerate(layers):
                     plain = layer(plain) if i == depth - 1 else torch.relu(layer(plain))
                 if (out < 0).any():
-                    where = ("no ReLU after the last layer" if torch.allclose(out, plain, atol=1e-6)
-                             else "a ReLU is missing")
-                    raise Wrong(f"{call} gives negative outputs: {where}. Each Linear must "
-                                "be followed by a ReLU.")
-                raise Wrong(f"{call} does not compute ReLU(Linear(...)) with its layers in "
-                            "order: check that every Linear is followed by a ReLU, and each "
-                            "is used once.")
+                    where = (tr("no ReLU after the last layer")
+                             if torch.allclose(out, plain, atol=1e-6) else tr("a ReLU is missing"))
+                    raise Wrong(tr("{call} gives negative outputs: {where}. Each Linear must "
+                                   "be followed by a ReLU.", call=call, where=where))
+                raise Wrong(tr("{call} does not compute ReLU(Linear(...)) with its layers in "
+                               "order: check that every Linear is followed by a ReLU, and each "
+                               "is used once.", call=call))
     return "An optimizer built from model.parameters() will train every layer."
 
 

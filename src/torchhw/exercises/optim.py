@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 
 from ..checks import Wrong, exercise, hints_for, same_tensor, why
+from ..i18n import tr
 
 
 def _close_to(got: Any, want: torch.Tensor, atol: float = 1e-6) -> bool:
@@ -42,31 +43,34 @@ def check_1(step: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> str:
         before_p, before_v = mine.clone(), velocity.clone()
         answer = step(mine, grad.clone(), velocity, lr, momentum)
         if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-            raise Wrong(f"momentum_step returned {type(answer).__name__}: return a pair, "
-                        "(new_param, new_velocity).")
+            raise Wrong(tr("momentum_step returned {kind}: return a pair, "
+                           "(new_param, new_velocity).", kind=type(answer).__name__))
         mine, velocity = answer
-        where = f"after step {i + 1} (lr={lr}, momentum={momentum})"
+        where = tr("after step {step} (lr={lr}, momentum={momentum})", step=i + 1, lr=lr,
+                   momentum=momentum)
         if _close_to(mine, buffer) and _close_to(velocity, param.detach()):
-            raise Wrong(f"{where} the two tensors come back swapped: return (new_param, "
-                        "new_velocity).")
+            raise Wrong(tr("{where} the two tensors come back swapped: return (new_param, "
+                           "new_velocity).", where=where))
         if _close_to(velocity, lr * buffer) and not _close_to(velocity, buffer):
-            raise Wrong(f"{where} your velocity is lr times torch.optim.SGD's: you fold the "
-                        "learning rate into the velocity (v = m v + lr g, p -= v). That moves "
-                        "the parameter the same only while lr stays fixed; torch.optim.SGD "
-                        "keeps lr out of the velocity.")
+            raise Wrong(tr("{where} your velocity is lr times torch.optim.SGD's: you fold the "
+                           "learning rate into the velocity (v = m v + lr g, p -= v). That moves "
+                           "the parameter the same only while lr stays fixed; torch.optim.SGD "
+                           "keeps lr out of the velocity.", where=where))
         if _close_to(velocity, momentum * before_v + (1 - momentum) * grad) and \
                 not _close_to(velocity, buffer):
-            raise Wrong(f"{where} your velocity scales the gradient by (1 - momentum): that is "
-                        "dampening, which torch.optim.SGD leaves at 0 by default.")
+            raise Wrong(tr("{where} your velocity scales the gradient by (1 - momentum): that "
+                           "is dampening, which torch.optim.SGD leaves at 0 by default.",
+                           where=where))
         if _close_to(velocity, before_v) and not _close_to(velocity, buffer):
-            raise Wrong(f"{where} the velocity you return is the one you were given: update "
-                        "it with this step's gradient.")
+            raise Wrong(tr("{where} the velocity you return is the one you were given: update "
+                           "it with this step's gradient.", where=where))
         if _close_to(mine, before_p - lr * (grad + momentum * buffer)) and \
                 not _close_to(mine, param.detach()):
-            raise Wrong(f"{where} the parameter took a Nesterov step (grad + momentum * "
-                        "velocity): plain momentum moves along the velocity itself.")
-        same_tensor(mine, param.detach(), f"the parameter {where}", atol=1e-6)
-        same_tensor(velocity, buffer, f"the velocity {where}", atol=1e-6)
+            raise Wrong(tr("{where} the parameter took a Nesterov step (grad + momentum * "
+                           "velocity): plain momentum moves along the velocity itself.",
+                           where=where))
+        same_tensor(mine, param.detach(), tr("the parameter {where}", where=where), atol=1e-6)
+        same_tensor(velocity, buffer, tr("the velocity {where}", where=where), atol=1e-6)
     return ("That one buffer of state per parameter is why momentum adds a copy of the "
             "parameters to SGD's memory.")
 
@@ -103,8 +107,10 @@ def check_2(schedule: Callable[[int, int, int, float], float]) -> str:
                          "half a cosine wave, 0.5 * (1 + cos), goes from 1 to 0; cos alone "
                          "goes down to -1"),
                         rel=1e-6)
-            raise Wrong(f"schedule({step}, total={total}, warmup={warmup}, base_lr={base}) = "
-                        f"{got:.6g}, expected {want:.6g}{extra}.")
+            raise Wrong(tr("schedule({step}, total={total}, warmup={warmup}, base_lr={base}) = "
+                           "{got}, expected {want}{extra}.", step=step, total=total,
+                           warmup=warmup, base=base, got=f"{got:.6g}", want=f"{want:.6g}",
+                           extra=extra))
     return "Warm-up keeps the first, noisiest steps small; the cosine lands softly at zero."
 
 
@@ -132,36 +138,40 @@ def check_3(clip: Callable[[list[torch.Tensor], float], list[torch.Tensor]]) -> 
         given = [t.clone() for t in grads]
         got = clip(given, max_norm)
         if not all(torch.equal(a, b) for a, b in zip(given, grads)):
-            raise Wrong("your function changed the gradients it was given: the task asks for "
-                        "new tensors (t * scale), leaving these as they were.")
+            raise Wrong(tr("your function changed the gradients it was given: the task asks "
+                           "for new tensors (t * scale), leaving these as they were."))
         try:
             got = list(got)
         except TypeError:
-            raise Wrong(f"return a list of tensors, got {type(got).__name__}.") from None
+            raise Wrong(tr("return a list of tensors, got {kind}.",
+                           kind=type(got).__name__)) from None
         if len(got) != len(grads):
-            raise Wrong(f"return one tensor per gradient ({len(grads)}), got {len(got)}.")
+            raise Wrong(tr("return one tensor per gradient ({want}), got {got}.",
+                           want=len(grads), got=len(got)))
         want = [p.grad for p in params]
         total = torch.sqrt(sum((t**2).sum() for t in grads)).item()
         mistakes = [
             ([t * min(1.0, max_norm / (t.norm().item() + 1e-6)) for t in grads],
-             "each tensor was clipped by its own norm; the norm is one over all of them "
-             "together"),
+             tr("each tensor was clipped by its own norm; the norm is one over all of them "
+                "together")),
             ([t.clamp(-max_norm, max_norm) for t in grads],
-             "clamping each element is clipping by value (clip_grad_value_); scale every "
-             "tensor by one factor instead"),
+             tr("clamping each element is clipping by value (clip_grad_value_); scale every "
+                "tensor by one factor instead")),
             ([t * max_norm / (total + 1e-6) for t in grads],
-             f"the total norm ({total:.3g}) is below max_norm={max_norm}: then the gradients "
-             "stay as they are"),
+             tr("the total norm ({total}) is below max_norm={max_norm}: then the gradients "
+                "stay as they are", total=f"{total:.3g}", max_norm=max_norm)),
             ([t * min(1.0, max_norm / (total**2 + 1e-6)) for t in grads],
-             "the norm is the square root of the sum of squares"),
+             tr("the norm is the square root of the sum of squares")),
             ([t * min(1.0, (total + 1e-6) / max_norm) for t in grads],
-             "the factor is upside down: max_norm / norm")]
+             tr("the factor is upside down: max_norm / norm"))]
         for mistake, reason in mistakes:
             if all(_close_to(a, b, 1e-5) for a, b in zip(got, mistake)) and \
                     not all(_close_to(a, b, 1e-5) for a, b in zip(mistake, want)):
-                raise Wrong(f"with max_norm={max_norm}: {reason}.")
+                raise Wrong(tr("with max_norm={max_norm}: {reason}.", max_norm=max_norm,
+                               reason=reason))
         for i, (mine, w) in enumerate(zip(got, want)):
-            same_tensor(mine, w, f"gradient {i} with max_norm={max_norm}", atol=1e-5)
+            same_tensor(mine, w, tr("gradient {i} with max_norm={max_norm}", i=i,
+                                    max_norm=max_norm), atol=1e-5)
     return "Matches torch.nn.utils.clip_grad_norm_: the direction is kept, only the length shrinks."
 
 
@@ -233,8 +243,9 @@ def check_4(stop_epoch: Callable[[list[float], int], int]) -> str:
                                "epoch: return len(val_losses)"),
                         (min(len(losses), patience + 1), "the count starts at the lowest loss "
                                                          "so far, not at the first epoch"))
-            raise Wrong(f"stop_epoch({losses}, patience={patience}) = {got}, expected "
-                        f"{want}{extra}.")
+            raise Wrong(tr("stop_epoch({losses}, patience={patience}) = {got}, expected "
+                           "{want}{extra}.", losses=losses, patience=patience, got=got,
+                           want=want, extra=extra))
     return "Keep the best epoch's weights too, as section 6 does: stopping alone does not restore them."
 
 

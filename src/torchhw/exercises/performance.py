@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 
 from ..checks import Wrong, equal, exercise, hints_for, why
+from ..i18n import tr
 
 
 def _verdict(median: float, low: float, high: float, threshold: float = 0.05,
@@ -53,34 +54,36 @@ def check_1(verdict: Callable[[float, float, float], str]) -> str:
     for (median, low, high), _ in cases:
         got = verdict(median, low, high)
         if got not in allowed:
-            raise Wrong(f"verdict({median}, {low}, {high}) = {got!r}: return one of "
-                        "'faster', 'slower' or 'no clear difference'.")
+            raise Wrong(tr("verdict({median}, {low}, {high}) = {got}: return one of "
+                           "'faster', 'slower' or 'no clear difference'.",
+                           median=median, low=low, high=high, got=repr(got)))
         answers.append(got)
     # the rule of a typical mistake that gives every one of the reader's answers names it
     mistakes: list[tuple[Callable[[float, float, float], str], str]] = [
         (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.0),
-         "above 1 (or below it) is not enough: the interval must clear 1 by the course's "
-         "threshold, 5%"),
+         tr("above 1 (or below it) is not enough: the interval must clear 1 by the course's "
+            "threshold, 5%")),
         (lambda m, lo, hi: "faster" if m > 1 else "slower",
-         "the median alone is not enough: the whole interval must clear the threshold, or "
-         "there is no clear difference"),
+         tr("the median alone is not enough: the whole interval must clear the threshold, or "
+            "there is no clear difference")),
         (lambda m, lo, hi: _verdict(m, m, m),
-         "the median alone is not enough: the whole interval must clear the threshold"),
+         tr("the median alone is not enough: the whole interval must clear the threshold")),
         (lambda m, lo, hi: _verdict(m, lo, hi, slower_below=1 - THRESHOLD),
-         "'slower' starts below 1 / 1.05 (about 0.952), not 0.95: 5% longer is a ratio of "
-         "1 / 1.05"),
+         tr("'slower' starts below 1 / 1.05 (about 0.952), not 0.95: 5% longer is a ratio of "
+            "1 / 1.05")),
         (lambda m, lo, hi: _verdict(m, hi, lo, threshold=0.0),
-         "the ends are swapped, and the threshold is missing: 'faster' needs even the low end "
-         "above 1.05, 'slower' even the high end below 1 / 1.05"),
+         tr("the ends are swapped, and the threshold is missing: 'faster' needs even the low "
+            "end above 1.05, 'slower' even the high end below 1 / 1.05")),
         (lambda m, lo, hi: _verdict(m, hi, lo),
-         "the ends are swapped: 'faster' needs even the low end above 1.05, 'slower' even the "
-         "high end below 1 / 1.05"),
-        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.03), "the course's threshold is 5%"),
-        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.06), "the course's threshold is 5%")]
+         tr("the ends are swapped: 'faster' needs even the low end above 1.05, 'slower' even "
+            "the high end below 1 / 1.05")),
+        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.03), tr("the course's threshold is 5%")),
+        (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.06), tr("the course's threshold is 5%"))]
     named = next((f" ({reason})" for rule, reason in mistakes
                   if all(rule(*case) == got for (case, _), got in zip(cases, answers))), "")
     for ((median, low, high), want), got in zip(cases, answers):
-        equal(got, want, f"verdict({median}, {low}, {high})", named)
+        equal(got, want, tr("verdict({median}, {low}, {high})", median=median, low=low, high=high),
+              named)
     return ("A ratio whose interval reaches within 5% of 1 is not a result yet: time longer rounds "
             "(more calls average out more noise) or use a quieter machine. This is the rule "
             "bench.compare_rounds applies to every ratio.")
@@ -98,7 +101,7 @@ def check_2(strides: Callable[[int, int, int, int], tuple[int, ...]]) -> str:
         n, c, h, w = shape
         want = torch.empty(shape).contiguous(memory_format=torch.channels_last).stride()
         got = tuple(int(s) for s in strides(*shape))
-        equal(got, want, f"strides{shape}", why(
+        equal(got, want, tr("strides{shape}", shape=shape), why(
             got, want,
             ((c * h * w, h * w, w, 1), "those are the contiguous (NCHW) strides; channels_last "
                                        "puts C last in memory"),
@@ -118,7 +121,7 @@ def check_3(chain_bytes: Callable[[int, int, bool], int]) -> str:
     for n, k in [(1000, 1), (4096, 3), (10**6, 5)]:
         for fused, want in ((False, 8 * n * k), (True, 8 * n)):
             got = chain_bytes(n, k, fused)
-            equal(got, want, f"chain_bytes({n}, {k}, fused={fused})", why(
+            equal(got, want, tr("chain_bytes({n}, {k}, fused={fused})", n=n, k=k, fused=fused), why(
                 got, want,
                 (want // 2, "each op both reads its input and writes its output"),
                 (want // 4, "those are elements: an fp32 element is 4 bytes"),
@@ -173,8 +176,9 @@ def check_4(predict: Callable[[int, int, int, int], float]) -> str:
 
     guesses = [float(predict(*shape)) for shape in _MODELS]
     if len(set(guesses)) == 1:
-        raise Wrong(f"your prediction is the same for all three models ({guesses[0]:,.0f} "
-                    "bytes): it must grow with the batch, the width and the depth.")
+        raise Wrong(tr("your prediction is the same for all three models ({value} bytes): it "
+                       "must grow with the batch, the width and the depth.",
+                       value=f"{guesses[0]:,.0f}"))
     worst = 0.0
     for (batch, features, hidden, depth), got in zip(_MODELS, guesses):
         torch.manual_seed(0)
@@ -187,25 +191,28 @@ def check_4(predict: Callable[[int, int, int, int], float]) -> str:
             act = batch * features + depth * batch * hidden
             loss = 4 * (10 * batch + 1) + 8 * batch
             candidates = [
-                (act, "that counts elements; an fp32 element is 4 bytes"),
-                (2 * act, "an fp32 element is 4 bytes, not 2"),
+                (act, tr("that counts elements; an fp32 element is 4 bytes")),
+                (2 * act, tr("an fp32 element is 4 bytes, not 2")),
                 (4 * (batch * features + 2 * depth * batch * hidden),
-                 "a ReLU's output is the next Linear's input: one tensor, counted once"),
-                (4 * depth * batch * hidden, "the first Linear keeps the input batch too"),
+                 tr("a ReLU's output is the next Linear's input: one tensor, counted once")),
+                (4 * depth * batch * hidden, tr("the first Linear keeps the input batch too")),
                 (4 * act + _param_bytes(features, hidden, depth),
-                 "the task leaves the parameters out: count only the activations")]
+                 tr("the task leaves the parameters out: count only the activations"))]
             reason = ""
             for value, why_ in candidates:
                 if any(abs(got - v) <= 0.02 * v for v in (value, value + loss)):
                     reason = f" ({why_})"
                     break
-            raise Wrong(f"predict({batch}, {features}, {hidden}, {depth}) = {got:,.0f} bytes, "
-                        f"but autograd kept {alone:,} bytes for the model's activations "
-                        f"({with_loss:,} with section 10's cross_entropy loss){reason}; within "
-                        "5% passes.")
+            raise Wrong(tr("predict({batch}, {features}, {hidden}, {depth}) = {got} bytes, "
+                           "but autograd kept {alone} bytes for the model's activations "
+                           "({with_loss} with section 10's cross_entropy loss){reason}; within "
+                           "5% passes.", batch=batch, features=features, hidden=hidden,
+                           depth=depth, got=f"{got:,.0f}", alone=f"{alone:,}",
+                           with_loss=f"{with_loss:,}", reason=reason))
         worst = max(worst, off)
-    return (f"Within {worst:.1%} of the live measurement. Activation memory grows with batch x "
-            f"width x depth, which is what gradient checkpointing trades for time.")
+    return tr("Within {worst} of the live measurement. Activation memory grows with batch x "
+              "width x depth, which is what gradient checkpointing trades for time.",
+              worst=f"{worst:.1%}")
 
 
 CHECKS = {1: check_1, 2: check_2, 3: check_3, 4: check_4}

@@ -9,6 +9,7 @@ import torch
 import torch._refs
 
 from ..checks import TorchCalls, Wrong, equal, exercise, hints_for, same_tensor, watching, why
+from ..i18n import tr
 
 
 def _broadcast_shape(a: tuple, b: tuple, take_larger: bool = False) -> tuple:
@@ -33,6 +34,12 @@ def _broadcast_shape_from_left(a: tuple, b: tuple) -> tuple:
     right): the other typical wrong version."""
     pad = max(len(a), len(b))
     return _broadcast_shape(tuple(a) + (1,) * (pad - len(a)), tuple(b) + (1,) * (pad - len(b)))
+
+
+def _call(name: str, *args: Any) -> str:
+    """A call as Python writes it, e.g. ``broadcast_shape((3, 1, 5), (4, 5))``: code, the same
+    in every language, so a name for equal() that needs no translation."""
+    return f"{name}({', '.join(str(arg) for arg in args)})"
 
 
 def _maybe(fn: Callable[..., Any], *args: Any) -> Any:
@@ -60,7 +67,7 @@ _NUMPY_MAKERS = ("empty", "zeros", "ones", "full", "empty_like", "zeros_like", "
 
 
 def _array_makers() -> list[tuple[Any, str, str]]:
-    return [(np, name, f"numpy.{name} (a NumPy array)") for name in _NUMPY_MAKERS
+    return [(np, name, tr("numpy.{name} (a NumPy array)", name=name)) for name in _NUMPY_MAKERS
             if hasattr(np, name)]
 
 
@@ -82,10 +89,11 @@ def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
         if seen.used or ops.calls:
             named = sorted(n for n in ops.names if n and not n.startswith("_"))
             used = (seen.used[0] if seen.used else
-                    "torch tensors (" + ", ".join(named or ["torch"]) + ")")
-            raise Wrong(f"broadcast_shape({a}, {b}) lets {used} work the shape out: the "
-                        "exercise is to apply the rule yourself, from the sizes alone, without "
-                        "NumPy's broadcasting and without making tensors or arrays.")
+                    tr("torch tensors ({names})", names=", ".join(named or ["torch"])))
+            raise Wrong(tr("broadcast_shape({a}, {b}) lets {used} work the shape out: the "
+                           "exercise is to apply the rule yourself, from the sizes alone, without "
+                           "NumPy's broadcasting and without making tensors or arrays.",
+                           a=a, b=b, used=used))
         if failed is not None:
             raise failed
         return got
@@ -99,15 +107,18 @@ def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
             raise
         except Exception as err:
             left = _maybe(_broadcast_shape_from_left, a, b) is None
-            raise Wrong(f"{a} and {b} do broadcast (to {want}), but broadcast_shape raised "
-                        f"{type(err).__name__}: {err}"
-                        + (" (lined up from the left? Broadcasting lines shapes up from the "
-                           "right)." if left else ".")) from None
+            said = dict(a=a, b=b, want=want, kind=type(err).__name__, err=err)
+            raise Wrong(tr("{a} and {b} do broadcast (to {want}), but broadcast_shape raised "
+                           "{kind}: {err} (lined up from the left? Broadcasting lines shapes up "
+                           "from the right).", **said) if left else
+                        tr("{a} and {b} do broadcast (to {want}), but broadcast_shape raised "
+                           "{kind}: {err}.", **said)) from None
         try:
             got = tuple(got)
         except TypeError:
-            raise Wrong(f"broadcast_shape({a}, {b}) returned {got!r}: return a tuple of sizes.") from None
-        equal(got, want, f"broadcast_shape({a}, {b})", why(
+            raise Wrong(tr("broadcast_shape({a}, {b}) returned {got}: return a tuple of sizes.",
+                           a=a, b=b, got=repr(got))) from None
+        equal(got, want, _call("broadcast_shape", a, b), why(
             got, want,
             (_maybe(_broadcast_shape_max, a, b), "a size of 1 against 0 gives 0: the result "
                                                  "takes the size that is not 1, not the larger"),
@@ -123,9 +134,11 @@ def check_1(broadcast_shape: Callable[[tuple, tuple], tuple]) -> str:
         except Wrong:
             raise
         except Exception as err:
-            raise Wrong(f"{a} and {b} cannot broadcast and you raised {type(err).__name__}: "
-                        "raise ValueError, as the task asks.") from None
-        raise Wrong(f"{a} and {b} cannot broadcast, but you returned {got}: raise ValueError.")
+            raise Wrong(tr("{a} and {b} cannot broadcast and you raised {kind}: "
+                           "raise ValueError, as the task asks.",
+                           a=a, b=b, kind=type(err).__name__)) from None
+        raise Wrong(tr("{a} and {b} cannot broadcast, but you returned {got}: raise ValueError.",
+                       a=a, b=b, got=got))
     return "That is exactly what torch.broadcast_shapes does."
 
 
@@ -148,35 +161,37 @@ def check_2(sq_dists: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> s
                 got = sq_dists(X, Y)
             except RuntimeError as err:
                 if n != m and "must match" in str(err):
-                    raise Wrong(f"sq_dists for n={n}, m={m} raised RuntimeError: an (n, d) and "
-                                "an (m, d) tensor do not broadcast against each other. Each "
-                                "needs an axis of size 1 where the other has its rows.") from None
+                    raise Wrong(tr("sq_dists for n={n}, m={m} raised RuntimeError: an (n, d) "
+                                   "and an (m, d) tensor do not broadcast against each other. "
+                                   "Each needs an axis of size 1 where the other has its rows.",
+                                   n=n, m=m)) from None
                 raise
         if "cdist" in ops.names:
-            raise Wrong("your answer calls torch.cdist, which the checker compares with: "
-                        "the exercise is to write the distances with broadcasting.")
+            raise Wrong(tr("your answer calls torch.cdist, which the checker compares with: "
+                           "the exercise is to write the distances with broadcasting."))
         left = ops.names & _LEAVES_TENSORS
         if left:
-            raise Wrong(f"your answer calls {', '.join(sorted(left))}: it takes the numbers out "
-                        "into Python, which is the loop this exercise replaces. Stay with "
-                        "tensor operations.")
+            raise Wrong(tr("your answer calls {names}: it takes the numbers out into Python, "
+                           "which is the loop this exercise replaces. Stay with tensor "
+                           "operations.", names=", ".join(sorted(left))))
         if isinstance(got, torch.Tensor) and got.shape == want.shape and \
                 torch.allclose(got, want.sqrt(), atol=1e-4, rtol=1e-4) and not \
                 torch.allclose(got, want, atol=1e-4, rtol=1e-4):
-            raise Wrong(f"sq_dists for n={n}, m={m}, d={d} gives the distances, not the "
-                        "squared distances: leave out the square root.")
-        same_tensor(got, want, f"sq_dists for n={n}, m={m}, d={d}", atol=1e-4)
+            raise Wrong(tr("sq_dists for n={n}, m={m}, d={d} gives the distances, not the "
+                           "squared distances: leave out the square root.", n=n, m=m, d=d))
+        same_tensor(got, want, tr("sq_dists for n={n}, m={m}, d={d}", n=n, m=m, d=d), atol=1e-4)
         calls[n, m, d] = ops.calls
     base = calls[4, 5, 3]
     if calls[32, 32, 3] > base + 8:
-        raise Wrong(f"the values are right, but the number of torch operations grew with the "
-                    f"number of pairs ({base} for 4 x 5 pairs, {calls[32, 32, 3]} for 32 x 32): "
-                    "that is a Python loop over pairs, not broadcasting.")
+        raise Wrong(tr("the values are right, but the number of torch operations grew with the "
+                       "number of pairs ({base} for 4 x 5 pairs, {more} for 32 x 32): that is a "
+                       "Python loop over pairs, not broadcasting.",
+                       base=base, more=calls[32, 32, 3]))
     if calls[4, 5, 48] > base + 8:
-        raise Wrong(f"the values are right, but the number of torch operations grew with the "
-                    f"number of features ({base} for d=3, {calls[4, 5, 48]} for d=48): that is "
-                    "a Python loop over the feature dimension. Let the sum over the last axis "
-                    "do it.")
+        raise Wrong(tr("the values are right, but the number of torch operations grew with the "
+                       "number of features ({base} for d=3, {more} for d=48): that is a Python "
+                       "loop over the feature dimension. Let the sum over the last axis do it.",
+                       base=base, more=calls[4, 5, 48]))
     return "Broadcasting turned a double loop into one expression."
 
 
@@ -202,23 +217,24 @@ def check_3(contiguous_strides: Callable[[tuple], tuple]) -> str:
             except Exception as err:  # looked at once the calls are known
                 got = err
         if seen.used:
-            raise Wrong(f"contiguous_strides({shape}) makes an array with {seen.used[0]}: the "
-                        "task is to work the strides out from the shape, without creating a "
-                        "tensor (nor a NumPy array, whose strides are the same thing in "
-                        "bytes).")
+            raise Wrong(tr("contiguous_strides({shape}) makes an array with {used}: the task is "
+                           "to work the strides out from the shape, without creating a tensor "
+                           "(nor a NumPy array, whose strides are the same thing in bytes).",
+                           shape=shape, used=seen.used[0]))
         if isinstance(got, Exception):
             raise got
         if ops.calls:
-            raise Wrong(f"contiguous_strides({shape}) calls torch ({', '.join(sorted(ops.names))}): "
-                        "the task is to work the strides out from the shape, without creating "
-                        "a tensor.")
+            raise Wrong(tr("contiguous_strides({shape}) calls torch ({names}): the task is to "
+                           "work the strides out from the shape, without creating a tensor.",
+                           shape=shape, names=", ".join(sorted(ops.names))))
         try:
             got = tuple(got)
         except TypeError:
-            raise Wrong(f"contiguous_strides({shape}) returned {got!r}: return a tuple.") from None
+            raise Wrong(tr("contiguous_strides({shape}) returned {got}: return a tuple.",
+                           shape=shape, got=repr(got))) from None
         want = torch.empty(shape).stride()
         shifted = tuple(want[i] * shape[i] for i in range(len(shape)))
-        equal(got, want, f"contiguous_strides({shape})", why(
+        equal(got, want, _call("contiguous_strides", shape), why(
             got, want,
             (want[::-1], "reversed: the last dimension is the one with stride 1"),
             (tuple(4 * s for s in want), "those are bytes of float32; strides count elements"),
