@@ -411,6 +411,19 @@ def resolve(path: str | Path) -> tuple[Path, dict[str, Any] | None]:
     return path, None
 
 
+def references(start: str | Path | None = None) -> list[dict[str, Any]]:
+    """The reference cards of the course checkout around ``start`` (default: the current
+    folder): ``reference/cards/*.json`` in the nearest folder at or above it that has one, so a
+    notebook finds them from notebooks/ and from notebooks/zh/ alike. None on Colab or in an
+    installed copy without the repository: an empty list."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in [here, *here.parents]:
+        cards = folder / "reference" / "cards"
+        if cards.is_dir():
+            return [load(p) for p in sorted(cards.glob("*.json"))]
+    return []
+
+
 def load(path: str | Path) -> dict[str, Any]:
     """Read a card (a card file, a run folder or a run report), upgraded to this version and
     checked; refuse, saying what is wrong, a file that is not a card or holds an impossible figure."""

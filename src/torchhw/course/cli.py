@@ -2,12 +2,13 @@
 
     torchhw run [NOTEBOOK ...] [-p NAME VALUE ...] [--full]   execute the course, write a report
     torchhw list                                              notebooks and their parameters
-    torchhw regen [NOTEBOOK ...]                              regenerate committed outputs
+    torchhw regen [--zh] [NOTEBOOK ...]                       regenerate committed outputs
+    torchhw zh [--build] [--todo] [NOTEBOOK ...]              the Chinese edition: stale cells, rebuild
     torchhw hardware [--json]                                 this machine's hardware survey
     torchhw bench [--quick]                                   matmul and memory bandwidth here
     torchhw lab [--configure [--server]]                      JupyterLab at notebooks/, news off
     torchhw badges [--check] [NOTEBOOK ...]                   Colab/Binder badges and setup cells
-    torchhw handouts [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, works offline
+    torchhw handouts [--zh] [--from DIR] [--out DIR] [NOTEBOOK ...]  static HTML site, offline
     torchhw binder                                            simulate Binder's build here
     torchhw card [--out DIR] [--budget S]                     measure and write this machine's card
     torchhw compare A B [--plot FILE]                         two cards (or run folders) side by side
@@ -52,8 +53,19 @@ def _list(args: argparse.Namespace) -> int:
 def _regen(args: argparse.Namespace) -> int:
     from .regen import regenerate
 
-    regenerate(args.notebooks, notebooks=args.dir, timeout=args.timeout)
+    folder = args.dir
+    if args.zh:
+        from .paths import find_root
+
+        folder = find_root() / "notebooks" / "zh"
+    regenerate(args.notebooks, notebooks=folder, timeout=args.timeout)
     return 0
+
+
+def _zh(args: argparse.Namespace) -> int:
+    from .edition import main
+
+    return main(args.zh_args)
 
 
 def _hardware(args: argparse.Namespace) -> int:
@@ -105,7 +117,13 @@ def _handouts(args: argparse.Namespace) -> int:
     from .handouts import HandoutError, build
 
     try:
-        build(args.out, source=args.source, names=args.notebooks)
+        source, out = args.source, args.out
+        if args.zh:  # the Chinese edition's pages, beside the English ones
+            from .paths import find_root
+
+            source = source or find_root() / "notebooks" / "zh"
+            out = out if out != Path("build/handouts") else Path("build/handouts/zh")
+        build(out, source=source, names=args.notebooks)
     except HandoutError as err:
         print(f"torchhw handouts: error: {err}", file=sys.stderr)
         return 1
@@ -215,7 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     regen = sub.add_parser("regen", help="regenerate committed outputs on a fresh kernel")
     regen.add_argument("notebooks", nargs="*")
     regen.add_argument("--timeout", type=int, default=600)
+    regen.add_argument("--zh", action="store_true", help="the Chinese edition, notebooks/zh/")
     regen.set_defaults(func=_regen)
+
+    zh = sub.add_parser("zh", add_help=False,
+                        help="the Chinese edition: what is stale, untranslated or orphaned; "
+                             "--build rebuilds notebooks/zh/, --todo prepares translations")
+    zh.set_defaults(func=_zh, zh_args=[])
 
     hw = sub.add_parser("hardware", help="this machine's hardware survey and CPU peak")
     hw.add_argument("--json", action="store_true")
@@ -247,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handouts.add_argument("--from", dest="source", type=Path,
                           help="folder of executed notebooks (default: notebooks/)")
     handouts.add_argument("--out", type=Path, default=Path("build/handouts"))
+    handouts.add_argument("--zh", action="store_true",
+                          help="the Chinese edition (notebooks/zh/) into build/handouts/zh/")
     handouts.set_defaults(func=_handouts)
 
     binder = sub.add_parser("binder", help="simulate Binder's build in a fresh environment")
@@ -327,10 +353,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--dir", type=Path, help="the notebooks folder (default: notebooks/)")
 
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "lab":
+    if unknown and args.command not in ("lab", "zh"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "lab":
         args.lab_args = unknown
+    if args.command == "zh":
+        args.zh_args = unknown
     from ..device import DeviceUnavailable
     from .paths import CourseError
 

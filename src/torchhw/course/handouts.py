@@ -105,7 +105,8 @@ def title_of(nb) -> str:
 
 
 def convert(path: Path, out: Path, renderer: str, require: str) -> tuple[str, list[tuple[str, str]]]:
-    """Write ``out`` (HTML) for the notebook at ``path``; return its title and its sections."""
+    """Write ``out`` (HTML) for the notebook at ``path``; return its title and its sections.
+    A notebook of the Chinese edition (``metadata.torchhw.lang``) becomes a page in Chinese."""
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -113,6 +114,9 @@ def convert(path: Path, out: Path, renderer: str, require: str) -> tuple[str, li
     exporter = HTMLExporter(template_name="lab", widget_renderer_url=renderer,
                             require_js_url=require, mathjax_url=MATHJAX_URL)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+    lang = language_of(nb)
+    if lang != "en":
+        body = re.sub(r"<html\b[^>]*>", f'<html lang="{lang}">', body, count=1)
     # links between notebooks point at their pages
     body = NOTEBOOK_LINK.sub(lambda m: f'href="{m.group(2)}.html{m.group(3) or ""}"', body)
     out.write_text(body, encoding="utf-8")
@@ -121,21 +125,36 @@ def convert(path: Path, out: Path, renderer: str, require: str) -> tuple[str, li
     return title_of(nb), sections
 
 
-def index_page(entries: list[tuple[str, str, list[tuple[str, str]]]]) -> str:
+def language_of(nb) -> str:
+    """The edition a notebook belongs to: "zh" for notebooks/zh/, else "en"."""
+    return nb.metadata.get("torchhw", {}).get("lang", "en")
+
+
+INDEX_TEXT = {
+    "en": ("torchhw: PyTorch on real hardware",
+           "The course's notebooks with the outputs of one run. Plots are embedded and widgets "
+           "show the state they were saved in; nothing here needs a network.", "Contents"),
+    "zh": ("torchhw：在真实硬件上学 PyTorch",
+           "本课程的笔记本及其一次运行的输出。图表已嵌入页面，交互控件显示保存时的状态；"
+           "阅读这些页面不需要网络。", "目录"),
+}
+
+
+def index_page(entries: list[tuple[str, str, list[tuple[str, str]]]], lang: str = "en") -> str:
+    title, intro, contents = INDEX_TEXT.get(lang, INDEX_TEXT["en"])
     items = []
     for page, title, sections in entries:
         subs = "".join(f'<li><a href="{page}#{html.escape(anchor, quote=True)}">'
                        f"{html.escape(text)}</a></li>" for anchor, text in sections)
         items.append(f'<li><a href="{page}">{html.escape(title)}</a><ul>{subs}</ul></li>')
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>torchhw: PyTorch on real hardware</title>
+<html lang="{lang}"><head><meta charset="utf-8">
+<title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:48em;margin:2em auto;line-height:1.5}}
 ul ul{{font-size:90%}}</style></head>
-<body><h1>torchhw: PyTorch on real hardware</h1>
-<p>The course's notebooks with the outputs of one run. Plots are embedded and widgets show the
-state they were saved in; nothing here needs a network.</p>
-<h2>Contents</h2><ol>{''.join(items)}</ol></body></html>
+<body><h1>{html.escape(title)}</h1>
+<p>{html.escape(intro)}</p>
+<h2>{contents}</h2><ol>{''.join(items)}</ol></body></html>
 """
 
 
@@ -164,7 +183,10 @@ def build(out: Path, source: Path | None = None, names: Sequence[str] = (),
         title, sections = convert(path, out / page, renderer, require)
         entries.append((page, title, sections))
         echo(f"{page}: {title}", flush=True)
+    import nbformat
+
     index = out / "index.html"
-    index.write_text(index_page(entries), encoding="utf-8")
+    lang = language_of(nbformat.read(paths[0], as_version=4))
+    index.write_text(index_page(entries, lang), encoding="utf-8")
     echo(f"handouts: {index} ({len(paths)} notebooks, {time.perf_counter() - start:.1f} s)")
     return index

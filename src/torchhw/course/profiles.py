@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .paths import discover, notebooks_dir, select
+from .paths import CourseError, discover, find_root, notebooks_dir, select
 
 PROFILES: dict[str, dict[str, str]] = {
     "default-kernels": {"ATEN_CPU_CAPABILITY": "default"},
@@ -28,7 +28,11 @@ PROFILES: dict[str, dict[str, str]] = {
     "1-thread": {"OMP_NUM_THREADS": "1"},
     "3-threads": {"OMP_NUM_THREADS": "3"},
     "mkl-avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    # the Chinese edition's notebooks (notebooks/zh/) on this machine as it is: `make test`
+    # checks their structure and translations, this their outputs
+    "zh-edition": {},
 }
+EDITIONS = {"zh-edition": "zh"}  # profile -> the edition's folder under notebooks/
 
 
 def applicable(name: str) -> tuple[bool, str]:
@@ -48,6 +52,15 @@ class ProfileResult:
     detail: str
 
 
+def _checkout(notebook: Path) -> Path:
+    """The checkout a notebook is in (notebooks/NN.ipynb or notebooks/zh/NN.ipynb), where the
+    tests' configuration and sanitizer are."""
+    try:
+        return find_root(notebook.parent)
+    except CourseError:
+        return notebook.parent.parent
+
+
 def run_profile(name: str, paths: Sequence[Path], workers: int = 2,
                 timeout: int = 1200) -> ProfileResult:
     """nbval over ``paths`` in a child pytest with the profile's environment."""
@@ -58,7 +71,7 @@ def run_profile(name: str, paths: Sequence[Path], workers: int = 2,
     start = time.perf_counter()
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0",
             "-n", str(workers), "--dist", "loadfile", *map(str, paths)]
-    done = subprocess.run(argv, cwd=paths[0].parent.parent, env=env, capture_output=True,
+    done = subprocess.run(argv, cwd=_checkout(paths[0]), env=env, capture_output=True,
                           text=True, timeout=timeout)
     seconds = time.perf_counter() - start
     tail = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
@@ -90,8 +103,17 @@ def main(names: Sequence[str] = (), profiles: Sequence[str] = (), folder: Path |
     results = []
     for name in profiles or PROFILES:
         env = " ".join(f"{k}={v}" for k, v in PROFILES[name].items())
-        echo(f"profile {name} ({env}) over {len(paths)} notebooks ...", flush=True)
-        result = run_profile(name, paths)
+        chosen = paths
+        if name in EDITIONS:
+            edition = find_root() / "notebooks" / EDITIONS[name]
+            chosen = select(discover(edition), [p.stem for p in paths]) if edition.is_dir() else []
+            env = f"notebooks/{EDITIONS[name]}/"
+        echo(f"profile {name} ({env}) over {len(chosen)} notebooks ...", flush=True)
+        if not chosen:
+            echo("  skipped: no such notebooks", flush=True)
+            results.append(ProfileResult(name, "skipped", 0.0, "no such notebooks"))
+            continue
+        result = run_profile(name, chosen)
         echo(f"  {result.status} in {result.seconds:.0f} s: {result.detail}", flush=True)
         results.append(result)
     echo("\nprofile           status   seconds")

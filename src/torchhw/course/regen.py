@@ -27,7 +27,7 @@ from .paths import CourseError, discover, notebooks_dir, select
 from .runner import KERNEL, kernel_manager_class, remove_kernel_sockets
 
 STRICT_WARNINGS = "TORCHHW_STRICT_WARNINGS"
-VERIFIED = re.compile(r"\n*\*Outputs verified with torch [^\n]*\*\s*$")
+VERIFIED = re.compile(r"\n*\*(Outputs verified with torch |输出验证于 torch )[^\n]*\*\s*$")
 
 
 def source_hash(nb: Any) -> str:
@@ -49,15 +49,19 @@ def machine_label() -> dict[str, str]:
             "date": datetime.date.today().isoformat()}
 
 
-def verified_line(label: dict[str, str]) -> str:
+def verified_line(label: dict[str, str], lang: str = "en") -> str:
+    if lang == "zh":
+        return (f"*输出验证于 torch {label['torch']}，{label['machine']}（{label['kernels']} 内核，"
+                f"{label['threads']} 个线程），{label['date']}，由 `make notebooks` 生成。"
+                f"凡取决于机器的结果，你的输出都会不同。*")
     return (f"*Outputs verified with torch {label['torch']} on {label['machine']} "
             f"({label['kernels']} kernels, {label['threads']} threads), {label['date']}, "
             f"by `make notebooks`. Yours will differ where they depend on the machine.*")
 
 
-def with_verified_line(intro: str, label: dict[str, str]) -> str:
+def with_verified_line(intro: str, label: dict[str, str], lang: str = "en") -> str:
     """The opening cell with its 'Outputs verified with ...' line replaced or added."""
-    return VERIFIED.sub("", intro).rstrip() + "\n\n" + verified_line(label)
+    return VERIFIED.sub("", intro).rstrip() + "\n\n" + verified_line(label, lang)
 
 
 def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout: int = 600,
@@ -92,8 +96,11 @@ def regenerate(names: Sequence[str] = (), notebooks: Path | None = None, timeout
                 raise CourseError(f"{path.name}: a cell failed, outputs not written.\n"
                                   f"{err.ename}: {err.evalue}") from None
             nb.metadata.pop("papermill", None)
+            lang = nb.metadata.get("torchhw", {}).get("lang", "en")
             nb.metadata["torchhw"] = {"source_hash": source_hash(nb), "verified": label}
-            nb.cells[0].source = with_verified_line(nb.cells[0].source, label)
+            if lang != "en":  # an edition (notebooks/zh/) keeps saying which it is
+                nb.metadata["torchhw"]["lang"] = lang
+            nb.cells[0].source = with_verified_line(nb.cells[0].source, label, lang)
             nbformat.write(nb, path)
             echo(f"{path.name}: regenerated in {time.perf_counter() - start:.1f} s", flush=True)
     finally:
