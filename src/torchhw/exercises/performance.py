@@ -79,7 +79,7 @@ def check_1(verdict: Callable[[float, float, float], str]) -> str:
             "the high end below 1 / 1.05")),
         (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.03), tr("the course's threshold is 5%")),
         (lambda m, lo, hi: _verdict(m, lo, hi, threshold=0.06), tr("the course's threshold is 5%"))]
-    named = next((f" ({reason})" for rule, reason in mistakes
+    named = next((tr(" ({reason})", reason=reason) for rule, reason in mistakes
                   if all(rule(*case) == got for (case, _), got in zip(cases, answers))), "")
     for ((median, low, high), want), got in zip(cases, answers):
         equal(got, want, tr("verdict({median}, {low}, {high})", median=median, low=low, high=high),
@@ -201,7 +201,7 @@ def check_4(predict: Callable[[int, int, int, int], float]) -> str:
             reason = ""
             for value, why_ in candidates:
                 if any(abs(got - v) <= 0.02 * v for v in (value, value + loss)):
-                    reason = f" ({why_})"
+                    reason = tr(" ({reason})", reason=why_)
                     break
             raise Wrong(tr("predict({batch}, {features}, {hidden}, {depth}) = {got} bytes, "
                            "but autograd kept {alone} bytes for the model's activations "
