@@ -51,7 +51,8 @@ def machine_label() -> dict[str, str]:
 
 def verified_line(label: dict[str, str], lang: str = "en") -> str:
     if lang == "zh":
-        return (f"*输出验证于 torch {label['torch']}，{label['machine']}（{label['kernels']} 内核，"
+        machine = re.sub(r", (\d+) cores?$", r"，\1 个核心", label["machine"])
+        return (f"*输出验证于 torch {label['torch']}，{machine}（{label['kernels']} 内核，"
                 f"{label['threads']} 个线程），{label['date']}，由 `make notebooks` 生成。"
                 f"凡取决于机器的结果，你的输出都会不同。*")
     return (f"*Outputs verified with torch {label['torch']} on {label['machine']} "
