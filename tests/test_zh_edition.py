@@ -296,5 +296,9 @@ def test_zh_handouts_index_is_chinese():
 
     page = handouts.index_page([("04_optim.html", "04 · 优化器与训练循环", [("1", "1. 数据")])], "zh")
     assert '<html lang="zh">' in page and "目录" in page and "优化器" in page
+    # the page's own heading, not the last notebook's title
+    assert "<h1>torchhw：在真实硬件上学 PyTorch</h1>" in page and "<title>torchhw：" in page
+    assert "<h1>torchhw: PyTorch on real hardware</h1>" in handouts.index_page(
+        [("04_optim.html", "04 · Optimizers", [])])
     assert handouts.language_of(chinese("04_optim")) == "zh"
     assert handouts.language_of(english("04_optim")) == "en"

@@ -141,7 +141,7 @@ INDEX_TEXT = {
 
 
 def index_page(entries: list[tuple[str, str, list[tuple[str, str]]]], lang: str = "en") -> str:
-    title, intro, contents = INDEX_TEXT.get(lang, INDEX_TEXT["en"])
+    heading, intro, contents = INDEX_TEXT.get(lang, INDEX_TEXT["en"])
     items = []
     for page, title, sections in entries:
         subs = "".join(f'<li><a href="{page}#{html.escape(anchor, quote=True)}">'
@@ -149,10 +149,10 @@ def index_page(entries: list[tuple[str, str, list[tuple[str, str]]]], lang: str 
         items.append(f'<li><a href="{page}">{html.escape(title)}</a><ul>{subs}</ul></li>')
     return f"""<!DOCTYPE html>
 <html lang="{lang}"><head><meta charset="utf-8">
-<title>{html.escape(title)}</title>
+<title>{html.escape(heading)}</title>
 <style>body{{font-family:sans-serif;max-width:48em;margin:2em auto;line-height:1.5}}
 ul ul{{font-size:90%}}</style></head>
-<body><h1>{html.escape(title)}</h1>
+<body><h1>{html.escape(heading)}</h1>
 <p>{html.escape(intro)}</p>
 <h2>{contents}</h2><ol>{''.join(items)}</ol></body></html>
 """
