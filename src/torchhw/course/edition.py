@@ -185,7 +185,7 @@ def status(english: Any, entries: Sequence[Entry], name: str) -> Status:
                                         "now", lineterm="", n=1)
             found.stale[cell.id] = "\n".join(diff) or (
                 "(the Chinese still holds its fuzzy comment; the English diff it was marked with:)\n"
-                + FUZZY.sub(lambda m: m.group(0), entry.fuzzy).strip())
+                + entry.fuzzy.strip())
         else:
             found.current.append(cell.id)
     found.orphaned = [e.cell for e in entries if e.cell not in ids]
