@@ -361,6 +361,11 @@ def test_ranks_of_07_and_10(present, p):
         assert (word in where.note) if word else where.note == ""
     if p is NODE:
         assert distributed.plan(2, "cuda").backend == devices.backend_for("cuda") == "nccl"
+    if p is NODE:   # one rank asked for on the second GPU stays there (09's cuDNN trial)
+        assert distributed.plan(1, "cuda:1").devices == ["cuda:1"]
+        assert distributed.plan(1, "cuda").devices == ["cuda:0"]
+        with pytest.raises(ValueError, match="cuda:2 but this machine has 2 CUDA GPU"):
+            distributed.plan(1, "cuda:2")
     if p is XPU:
         two = Profile("two-xpus", "xpu", 2)
         present(two)

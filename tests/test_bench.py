@@ -130,3 +130,21 @@ def test_cpu_busy_sees_another_program_and_between_runs_after_every_round():
     bench.compare_rounds(lambda: None, {"same": lambda: None}, device="cpu", rounds=3, calls=1,
                          between=seen.append, pressure=None)
     assert seen == [0, 1, 2]
+
+
+def test_measure_refuses_tensors_on_a_device_it_was_not_told(monkeypatch):
+    a = torch.ones(4)
+    with pytest.raises(ValueError, match="told device=meta but its tensors are on cpu"):
+        bench.measure(torch.add, a, a, label="add", device="meta", min_run_time=0.01)
+    with pytest.raises(ValueError, match="its tensors are on cpu, meta"):
+        bench.measure(torch.add, a, torch.ones(4, device="meta"), label="add", device="cpu",
+                      min_run_time=0.01)
+
+
+def test_a_bare_gpu_name_is_the_current_gpu_and_another_index_is_not(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert bench._indexed(torch.device("cuda")) == torch.device("cuda", 1)
+    assert bench._indexed(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert bench._indexed(torch.device("mps")) == torch.device("mps", 0)
+    assert bench._indexed(torch.device("cpu", 0)) == torch.device("cpu")
+    assert bench._indexed(torch.device("cuda")) != bench._indexed(torch.device("cuda:0"))

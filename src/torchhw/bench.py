@@ -98,6 +98,21 @@ class Result:
         return text
 
 
+def _indexed(device: torch.device) -> torch.device:
+    """``device`` with its index: a bare ``cuda`` is the current GPU, so ``cuda`` and ``cuda:0``
+    compare equal when GPU 0 is current, and ``cuda:1`` does not."""
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.index is not None:
+        return device
+    if device.type == "mps":
+        return torch.device("mps", 0)
+    module = getattr(torch, device.type, None)
+    if module is None or not hasattr(module, "current_device"):
+        return device
+    return torch.device(device.type, module.current_device())
+
+
 def _timer_for(device: torch.device) -> Callable[[], float]:
     def timer() -> float:
         synchronize(device)  # the clock stops when the device is done, not when Python is
@@ -118,18 +133,21 @@ def measure(fn: Callable[..., Any], *args: Any, label: str, sub_label: str = "",
     ``flops``/``nbytes`` are the work of one call, for GFLOP/s and GB/s.
     """
     threads = threads or torch.get_num_threads()
-    device = torch.device(device)
-    on = {a.device for a in args if isinstance(a, torch.Tensor)}
-    if on and device not in on and device.type not in {d.type for d in on}:
+    asked = torch.device(device)
+    device = _indexed(asked)
+    on = {_indexed(a.device) for a in args if isinstance(a, torch.Tensor)}
+    if on and on != {device}:
         raise ValueError(f"measure() was told device={device} but its tensors are on "
-                         f"{sorted(map(str, on))}: pass the device the work runs on")
+                         f"{', '.join(sorted(map(str, on)))}: pass the device the work runs on "
+                         f"(the timer waits for that one only, so work on another would go "
+                         f"uncounted)")
     timer = tbench.Timer(
         stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=threads,
         timer=_timer_for(device), label=label, sub_label=sub_label, description=description,
     )
     m = timer.blocked_autorange(min_run_time=min_run_time)
     return Result(label, sub_label, description, m.median, m.iqr, len(m.times), threads,
-                  str(device), flops, nbytes, m)
+                  str(asked), flops, nbytes, m)
 
 
 def compare(candidates: dict[str, Callable[..., Any]], *args: Any, label: str,

@@ -69,7 +69,16 @@ def rank_device(kind: str, index: int, sharing: int, *, share: bool = True) -> t
 
 def plan(nprocs: int, device: Any) -> Placement:
     """The backend and each rank's device for ``nprocs`` ranks on ``device``'s kind of hardware,
-    all on this machine (see :func:`rank_device`)."""
-    kind = str(device).split(":")[0]
+    all on this machine (see :func:`rank_device`). One rank asked for on a numbered GPU
+    (``cuda:1``) runs on that GPU; several ranks take GPUs 0, 1, ... whatever the number."""
+    kind, _, index = str(device).partition(":")
+    if index and nprocs == 1 and kind in ("cuda", "xpu"):
+        # one rank on the GPU the caller named (a trial on cuda:1 must not land on cuda:0)
+        from ..device import count
+        if int(index) >= count(kind):
+            raise ValueError(f"device is {device} but this machine has {count(kind)} "
+                             f"{kind.upper()} GPU(s), numbered from 0: pass one of those")
+        backend, _, note = rank_device(kind, 0, 1)
+        return Placement(backend, [f"{kind}:{int(index)}"], note)
     decided = [rank_device(kind, r, nprocs) for r in range(nprocs)]
     return Placement(decided[0][0], [d for _, d, _ in decided], decided[0][2])
