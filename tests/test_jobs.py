@@ -98,6 +98,9 @@ def test_pytorchjob_validates_against_the_operator_models(job):
     mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    # every process on the node passes batches and NCCL buffers through it: it grows with them
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["sizeLimit"] == \
+        f"{job.shm_gib_per_proc * job.procs_per_node}Gi"
     assert "persistentVolumeClaim" in volumes[mounts[job.shared_dir]]
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits["cpu"] == str(job.cpus_per_node) and limits.get("nvidia.com/gpu", "0") == str(job.gpus_per_node)

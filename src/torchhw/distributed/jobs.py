@@ -70,7 +70,7 @@ class Job:
     procs_per_node: int | None = None
     cpus_per_proc: int = 4
     memory_gib_per_proc: int = 16          # host memory (Kubernetes; Slurm gives the whole node)
-    shm_gib: int = 8                       # /dev/shm for DataLoader workers and NCCL
+    shm_gib_per_proc: int = 2              # /dev/shm for DataLoader workers and NCCL, per process
     time_limit: str = "01:00:00"           # Slurm's HH:MM:SS
     notice_s: int = 120                    # the time-limit notice, seconds before the end
     stop_grace_s: int = 60                 # a stopped worker's time to finish a step and save
@@ -144,6 +144,12 @@ class Job:
     @property
     def cpus_per_node(self) -> int:
         return self.cpus_per_proc * (self.procs_per_node or 1)
+
+    @property
+    def shm_gib(self) -> int:
+        """A pod's /dev/shm: each process's DataLoader workers hand batches through it, and NCCL
+        keeps buffers there for its peers on the node, so it grows with the processes."""
+        return self.shm_gib_per_proc * (self.procs_per_node or 1)
 
     @property
     def memory_gib(self) -> int:
