@@ -12,6 +12,7 @@ notebooks' GPU code takes its decisions from these functions rather than from to
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 import sys
@@ -593,3 +594,20 @@ def test_gpu_paths_of_the_notebooks_take_the_course_decisions():
                   "batch_size=self.ready.batch_size("):
         assert piece in run, piece
     assert "device=device" in _cell_source("10_capstone.ipynb", "def build(config)")
+
+
+@pytest.mark.parametrize("p", [T4, NODE, MAC, XPU], ids=lambda p: p.name)
+def test_06_puts_the_model_where_dataparallel_looks_for_it(present, monkeypatch, p):
+    """DataParallel keeps XPU and MTIA devices too, not only CUDA ones (torch's
+    _get_available_device_type), and leaves MPS out: 06 must move the model to the device
+    DataParallel chose (src_device_obj), never to a hard-coded cuda device."""
+    present(p)
+    moved = []
+    monkeypatch.setattr(nn.Module, "to", lambda self, *a, **k: moved.append(torch.device(*a)) or self)
+    cell = _cell_source("06_data_parallel.ipynb", "dp = nn.DataParallel(dp_model)")
+    end = cell.index("dp_model.to(first_device)") + len("dp_model.to(first_device)")
+    scope = {"copy": copy, "nn": nn, "torch": torch, "model": nn.Linear(2, 2)}
+    exec(cell[:end], scope)
+    want = torch.device("cpu") if p.kind == "mps" else torch.device(p.kind, 0)
+    assert scope["first_device"] == want
+    assert moved and moved[-1] == want

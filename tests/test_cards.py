@@ -316,6 +316,52 @@ def test_most_unlike_prefers_another_kind_then_other_hardware(report):
         cards.most_unlike(mine, [])
 
 
+def test_a_reference_of_the_same_workload_is_found_and_lengths_are_said(report):
+    """Notebook 10 compares with a card whose capstone trained the same model; where only the
+    run's length differs, the reasons say which times that changes."""
+    quick = card(report, capstone__model="SmallCNN base, digits 16 x 16")
+    quick["capstone"].update(train_examples=5752, epochs=3, time_to_accuracy_s=0.6)
+    full = copy.deepcopy(quick)
+    full["capstone"].update(train_examples=17256, epochs=15, time_to_accuracy_s=1.5)
+    other = card(report, capstone__model="SmallCNN small, digits")
+    assert cards.same_workload(quick, full) and not cards.same_workload(quick, other)
+    assert not cards.same_workload(quick, dict(card(report), capstone=None))
+    why = " ".join(cards.compare(quick, full).explain())
+    assert "same model on runs of different length" in why and "17,256" in why
+    assert "different workloads" in " ".join(cards.compare(quick, other).explain())
+    # a time has a direction: lower is better, and the B/A column says which took longer
+    row = next(r for r in cards.compare(quick, full).rows() if r[1] == "time_to_accuracy_s")
+    assert row[4] == "2.50x, B longer"
+    row = next(r for r in cards.compare(full, quick).rows() if r[1] == "time_to_accuracy_s")
+    assert row[4] == "0.40x, B shorter"
+
+
+def test_native_bf16_instructions_are_a_reason_only_as_far_as_the_figures_show(report):
+    """An AMX card whose bf16 rate and bf16 autocast gain are the lower ones is not said to gain
+    from AMX: the reason reads the figures, never assumes them."""
+    def with_bf16(isa, fp32, bf16, autocast):
+        c = card(report)
+        c["machine"]["isa"] = isa
+        c["measured"].update(fp32_gflops=fp32, bf16_gflops=bf16)
+        c["tuning"] = copy.deepcopy(c["tuning"])
+        c["tuning"]["knob_gains"]["autocast=bfloat16"] = autocast
+        return c
+
+    amx = ["AVX2", "FMA", "AVX-512", "AMX", "AMX BF16"]
+    plain = ["AVX2", "FMA", "AVX-512"]
+    slow_amx = with_bf16(amx, 150.0, 370.0, 0.73)      # 2.5x its fp32, autocast slower
+    fast_plain = with_bf16(plain, 190.0, 770.0, 1.17)  # 4.1x its fp32, autocast faster
+    line = next(l for l in cards.compare(slow_amx, fast_plain).explain() if "only A has" in l)
+    assert "the cards show the opposite" in line and "0.73x alone on A" in line
+    assert "gain there" not in line
+    fast_amx = with_bf16(amx, 150.0, 900.0, 1.9)
+    line = next(l for l in cards.compare(fast_amx, fast_plain).explain() if "only A has" in l)
+    assert "the cards show it" in line
+    mixed = with_bf16(amx, 150.0, 900.0, 0.9)
+    line = next(l for l in cards.compare(mixed, fast_plain).explain() if "only A has" in l)
+    assert "mixed" in line
+
+
 def test_compare_command_takes_cards_run_folders_and_reports(report, tmp_path, capsys):
     a = cards.save(card(report), tmp_path, "a.json")
     run = tmp_path / "runs" / "2026-12-02_120000"

@@ -80,3 +80,51 @@ def test_peak_is_unknown_rather_than_guessed():
     assert "unknown" in str(best)
     no_clock = cpu(clock=None, avx2=True, fma=True)
     assert peak.flops(no_clock).gflops is None
+
+
+def test_the_blas_is_named_from_the_build_settings():
+    assert hardware.blas_library("  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release") == "MKL"
+    assert hardware.blas_library("BLAS_INFO=open, LAPACK_INFO=open") == "OpenBLAS"
+    assert hardware.blas_library("BLAS_INFO=accelerate,") == "Accelerate"
+    assert hardware.blas_library("BLAS_INFO=newblas, X=1") == "newblas"  # unknown: as the build says
+    assert hardware.blas_library() == hardware.torch_build()["BLAS"]
+
+
+def test_the_libraries_logs_are_read_in_both_oneDNN_formats():
+    log = "\n".join([
+        "MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 architecture",
+        "MKL_VERBOSE SGEMM(N,N,256,256,256,0x7ff,0x55,256,0x55,256,0x7ff,0x55,256) 24.27ms NThr:2",
+        "onednn_verbose,v1,primitive,info,template:operation,engine,primitive,implementation",
+        "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,src:bf16,,"
+        "256x256:256x256,11.13",
+        "dnnl_verbose,exec,cpu,convolution,jit:avx512_core,forward_training,src_f32::blocked,,1.2",
+        "something else printed meanwhile",
+    ])
+    assert hardware.parse_kernel_log(log) == [
+        "MKL SGEMM", "oneDNN matmul (brg_matmul:avx512_core_bf16)",
+        "oneDNN convolution (jit:avx512_core)"]
+
+
+def test_kernel_calls_sees_which_library_ran_and_leaves_stdout_working(capfd):
+    import torch.nn.functional as F
+
+    x = torch.randn(64, 64)
+    assert hardware.kernel_calls(lambda: x + x) == []   # torch's own kernel: no library call
+    if torch.backends.mkl.is_available():
+        assert "MKL SGEMM" in hardware.kernel_calls(lambda: torch.mm(x, x))
+    if torch.backends.mkldnn.is_available():
+        calls = hardware.kernel_calls(lambda: F.linear(x.to_mkldnn(), x).to_dense())
+        assert any(c.startswith("oneDNN inner_product") for c in calls), calls
+    print("still here")
+    assert "still here" in capfd.readouterr().out
+
+
+def test_cache_row_says_how_many_cpus_share_each_cache():
+    c = cpu()
+    c.caches = {"L1d": 48 * 2**10, "L2": 2**20, "L3": 32 * 2**20}
+    c.cache_sharing = {"L1d": 2, "L2": 2, "L3": 16}
+    assert hardware._cache_row(c) == ("L1d 48 KiB, L2 1 MiB, L3 32 MiB (one cache each; shared "
+                                      "by 2, 2 and 16 logical CPUs)")
+    c.cache_sharing = {}
+    assert hardware._cache_row(c).endswith("(the size of one cache)")
+    assert hardware._cpu_count("0-3,8,10-11") == 7 and hardware._cpu_count("") == 0

@@ -256,3 +256,26 @@ def test_a_doubtful_knob_left_in_the_recommendation_says_so(monkeypatch):
     assert result.recommended == {"a": True, "b": True}, result
     assert "though in the confirmation" in result.reasons["b=True"]
     assert "adds no clear gain" in result.reasons["c=True"]
+
+
+def test_a_kept_knob_says_what_it_added_and_the_table_shows_each_trials_baseline(monkeypatch):
+    """a alone makes no clear difference, but a+b is clearly faster than b alone in the
+    confirmation: a is kept, and its reason says both, never that it gained alone. Each row
+    shows the baseline of its own rounds, so its speed-up can be checked against it."""
+    fake_gains(monkeypatch, trial={"a=True": 1.0, "b=True": 1.3, "a=True + b=True": 1.6},
+               final={"a=True": 1.0, "b=True": 1.3, "a=True + b=True": 1.6})
+    knobs = [tune.Knob("a", True, "", lambda s: None, noop),
+             tune.Knob("b", True, "", lambda s: None, noop)]
+    result = run(knobs, budget_s=20)
+    assert result.recommended == {"a": True, "b": True}, result
+    why = result.reasons["a=True"]
+    assert why.startswith("kept: 1.00x alone (no clear difference)")
+    assert "a=True + b=True was 1.23x b=True without it (faster)" in why
+    assert "every knob" not in why
+    rows = result.rows()
+    assert rows[0][3] == "baseline, same rounds"
+    pair = next(t for t in result.trials if t.name == "a=True + b=True")
+    assert pair.base_median_s == pytest.approx(pair.median_s * 1.6, rel=0.01)
+    text = str(result)
+    assert "s spent, budget 20 s" in text and "s of a" not in text
+    assert "baseline, same rounds" in result._repr_markdown_()

@@ -1,10 +1,13 @@
-"""The best matmul rate this machine achieves, found by a search over shapes, within a budget.
+"""The best rate ``torch.mm`` achieves on this machine, found by a search over shapes, within a budget.
 
 A derived peak (:mod:`torchhw.peak`) says what the arithmetic units could do if every one were
 busy every cycle; one product of one size says what that size gets. Between the two lies the
-best rate any shape reaches: the roof a real workload can hope for. ml-engineering calls it the
-maximum achievable matmul FLOPS (MAMF) and finds it for accelerators by a search over shapes;
-this does the same on any device, CPU included, within a time budget:
+best rate any shape reaches through ``torch.mm``: a measured roof for matrix products in the
+library ``torch.mm`` calls (a BLAS on a CPU, cuBLAS on an NVIDIA GPU), not a bound on every
+workload: another library can run the same product faster, and a convolution runs in its own
+(oneDNN, cuDNN). Stas Bekman's Machine Learning Engineering book calls it the maximum
+achievable matmul FLOPS (MAMF) and finds it for accelerators by a search over shapes; this
+does the same on any device, CPU included, within a time budget:
 
     from torchhw import achievable
     found = achievable.search("cpu", [torch.float32, torch.bfloat16], budget_s=20)

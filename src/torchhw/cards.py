@@ -464,9 +464,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _ratio(a: Any, b: Any) -> str:
+def _ratio(a: Any, b: Any, seconds: bool = False) -> str:
+    """B/A; for a time (``seconds``: lower is better) it says which of the two took longer."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
             and a and b and math.isfinite(a) and math.isfinite(b):
+        if seconds:
+            return f"{b / a:.2f}x" + (", B longer" if b > a else ", B shorter" if b < a else "")
         return f"{b / a:.2f}x"
     return ""
 
@@ -611,7 +614,8 @@ class Comparison:
         ca, cb = a["capstone"] or {}, b["capstone"] or {}
         for key in list(ca) + [k for k in cb if k not in ca]:
             va, vb = ca.get(key), cb.get(key)
-            out.append(("capstone", key, _fmt(va), _fmt(vb), _ratio(va, vb)))
+            # a time (..._s) is better lower: its ratio says which card took longer
+            out.append(("capstone", key, _fmt(va), _fmt(vb), _ratio(va, vb, key.endswith("_s"))))
         return out
 
     def explain(self) -> list[str]:
@@ -651,10 +655,22 @@ class Comparison:
         if ta != tb:
             lines.append(f"torch differs ({ta} against {tb}): kernels change between versions, "
                          f"so a gap the hardware does not explain may be software.")
-        wa, wb = (a["capstone"] or {}).get("model"), (b["capstone"] or {}).get("model")
-        if a["capstone"] and b["capstone"] and wa != wb:
-            lines.append(f"the capstones trained different workloads ({wa} against {wb}): their "
-                         f"capstone rows compare the workloads as much as the machines.")
+        ca, cb = a["capstone"] or {}, b["capstone"] or {}
+        if a["capstone"] and b["capstone"] and not same_workload(a, b):
+            lines.append(f"the capstones trained different workloads ({ca.get('model')} against "
+                         f"{cb.get('model')}): their capstone rows compare the workloads as much "
+                         f"as the machines.")
+        elif a["capstone"] and b["capstone"]:
+            sizes = [(what, ca.get(key), cb.get(key)) for what, key in
+                     (("training examples", "train_examples"), ("epochs", "epochs"),
+                      ("batch size", "batch_size"))
+                     if ca.get(key) and cb.get(key) and ca.get(key) != cb.get(key)]
+            if sizes:
+                lines.append(f"the capstones trained the same model on runs of different length "
+                             f"({'; '.join(f'{w} {x:,} against {y:,}' for w, x, y in sizes)}): "
+                             f"throughput (examples per second) and the gains compare the machines, "
+                             f"but time to accuracy depends as much on how many examples each "
+                             f"run trained before its first validation at the target.")
         for who, card in (("A", a), ("B", b)):
             for f in card.get("findings", []):
                 lines.append(f"{who}, {f['item']}: {f['text']}")
@@ -692,11 +708,9 @@ class Comparison:
         only_b = sorted(set(hb["instruction sets"]) - set(ha["instruction sets"]))
         for who, flags in (("A", only_a), ("B", only_b)):
             if flags:
-                half = [f for f in flags if "BF16" in f or "AMX" in f or "FP16" in f]
-                why = (" These are native bf16/fp16 instructions: bf16 autocast and the bf16 "
-                       "rates gain there." if half else "")
                 wide = " AVX-512 doubles the vector width of AVX2." if "AVX-512" in flags else ""
-                lines.append(f"instruction sets only {who} has: {', '.join(flags)}.{why}{wide}")
+                lines.append(f"instruction sets only {who} has: {', '.join(flags)}.{wide}"
+                             f"{self._half_precision(who, flags)}")
         if "torch kernels" in differ:
             lines.append(f"torch picks {ha['torch kernels']} kernels on A and {hb['torch kernels']} "
                          f"on B (torch.backends.cpu.get_cpu_capability()).")
@@ -704,6 +718,50 @@ class Comparison:
             lines.append(f"the CPUs' names differ ({ha['CPU']} against {hb['CPU']}) but nothing "
                          f"torch uses does.")
         return lines
+
+    def _half_precision(self, who: str, flags: Sequence[str]) -> str:
+        """What the cards show of native bf16/fp16 instructions only ``who`` has: the
+        instructions could make its bf16 (fp16) work faster relative to its fp32 work; whether
+        they did is read from the two cards' figures, never assumed."""
+        mine, other = (self.a, self.b) if who == "A" else (self.b, self.a)
+        out = ""
+        for dtype, knob, names in (("bf16", "autocast=bfloat16", ("BF16", "AMX")),
+                                   ("fp16", "autocast=float16", ("FP16",))):
+            native = [f for f in flags if any(n in f for n in names)]
+            if not native:
+                continue
+            evidence, votes = [], []
+
+            def relative(card: dict[str, Any]) -> float | None:
+                rate, base = card["measured"].get(f"{dtype}_gflops"), card["measured"].get("fp32_gflops")
+                return rate / base if rate and base else None
+
+            ra, rb = relative(mine), relative(other)
+            if ra and rb:
+                evidence.append(f"{dtype} matmul {ra:.2f}x its fp32 rate on {who}, {rb:.2f}x on "
+                                f"the other")
+                votes.append(ra > rb)
+            ga = ((mine["tuning"] or {}).get("knob_gains") or {}).get(knob)
+            gb = ((other["tuning"] or {}).get("knob_gains") or {}).get(knob)
+            if ga and gb:
+                evidence.append(f"{knob} {ga:.2f}x alone on {who}, {gb:.2f}x on the other")
+                votes.append(ga > gb)
+            out += (f" {', '.join(native)} " +
+                    (f"is a native {dtype} instruction set, which" if len(native) == 1 else
+                     f"are native {dtype} instruction sets, which") +
+                    f" can make {dtype} work faster against fp32 on {who}")
+            if not votes:
+                out += f"; the cards hold no {dtype} figures that tell whether they did."
+            elif all(votes):
+                out += f"; the cards show it: {'; '.join(evidence)}."
+            elif not any(votes):
+                out += (f"; the cards show the opposite ({'; '.join(evidence)}): here they did "
+                        f"not decide the figures, and the cards cannot tell what did (torch's "
+                        f"kernels for these shapes, the clock, the load).")
+            else:
+                out += (f"; the cards are mixed ({'; '.join(evidence)}): what they add is not "
+                        f"clear from these figures.")
+        return out
 
     def _gpu(self, ha: dict[str, Any], hb: dict[str, Any], differ: set[str]) -> list[str]:
         lines = []
@@ -856,6 +914,14 @@ def distance(a: dict[str, Any], b: dict[str, Any]) -> float:
         elif value != other:
             score += 1.0
     return score
+
+
+def same_workload(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two cards' capstones trained the same model on the same data (their ``model``
+    names agree); False where either card has no capstone. Their runs may differ in length
+    (epochs, copies of the data): :meth:`Comparison.explain` says so."""
+    ca, cb = a.get("capstone") or {}, b.get("capstone") or {}
+    return bool(ca.get("model")) and ca.get("model") == cb.get("model")
 
 
 def most_unlike(mine: dict[str, Any], others: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -235,9 +235,15 @@ def watching(*targets: tuple[Any, str, str]) -> Iterator[Watch]:
     """While active, each ``(owner, attribute, label)`` still works but notes ``label`` in the
     Watch it yields when called: a checker finds a forbidden call however the reader reached
     it (``torch.broadcast_shapes``, ``from torch import broadcast_shapes``), even one the
-    reader's code catches the error of."""
+    reader's code catches the error of. Functions only: a class replaced by a function breaks
+    isinstance() and the compiled modules that import it (NumPy's own, imported lazily), so
+    a class is refused with TypeError before anything is replaced."""
     seen = Watch()
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]
+    for (_, _, label), (_, _, original) in zip(targets, saved):
+        if isinstance(original, type):
+            raise TypeError(f"watching() cannot watch the class {label}: replacing a class "
+                            "breaks isinstance() and the modules that import it")
 
     def spy(original: Callable[..., Any], label: str) -> Callable[..., Any]:
         @functools.wraps(original)

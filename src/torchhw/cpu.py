@@ -5,8 +5,9 @@ by its affinity mask (``taskset``, ``docker --cpuset-cpus``), and a container ma
 a CPU *quota* (``docker --cpus=2``, a Kubernetes CPU limit) that lets it run only so many
 CPU-seconds per period, on any of the CPUs it sees. Neither Python 3.11 nor torch's
 default thread count reads the quota, so a job in a 2-CPU container on a 64-core host may
-start 64 threads that the kernel then throttles. Notebook 05 reads the cgroup files in its
-own cells; this module is the tested twin that later notebooks use::
+start 64 threads that the kernel then throttles. The quota sits in the process's own cgroup
+(named in /proc/self/cgroup) or in one of its parents. Notebook 05 reads the cgroup files in
+its own cells; this module is the tested twin that later notebooks use::
 
     budget = cpu_budget()
     budget.usable          # what to give torch.set_num_threads
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")  # which cgroup this process is in
 
 
 def parse_cpu_max(text: str) -> float | None:
@@ -39,21 +41,66 @@ def parse_cfs(quota_us: str, period_us: str) -> float | None:
     return None if quota < 0 else quota / int(period_us)
 
 
-def cgroup_quota(root: Path | str = CGROUP_ROOT) -> tuple[float | None, str]:
+def own_cgroups(text: str) -> dict[str, str]:
+    """This process's cgroup in each hierarchy, from the text of ``/proc/self/cgroup``:
+    ``"v2"`` from the unified line (``0::/path``), ``"v1"`` from the line whose controllers
+    include ``cpu`` (``4:cpu,cpuacct:/path``). A container with its own cgroup namespace sees
+    ``/``: its own cgroup is the root of what it sees."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        number, controllers, path = parts
+        if number == "0" and not controllers:
+            found.setdefault("v2", path)
+        elif "cpu" in controllers.split(","):
+            found.setdefault("v1", path)
+    return found
+
+
+def cgroup_levels(base: Path, path: str) -> list[Path]:
+    """The folder of cgroup ``path`` under ``base``, then each parent up to ``base`` itself,
+    leaving out those that are not there: a container that shares the host's cgroup namespace
+    sees the host's path in /proc/self/cgroup but has only its own cgroup mounted, at ``base``."""
+    folder = base.joinpath(*[p for p in path.split("/") if p not in ("", ".", "..")])
+    chain = [folder, *folder.parents]
+    return [d for d in chain[:chain.index(base) + 1] if d.is_dir()]
+
+
+def folder_quota(folder: Path) -> tuple[float | None, str] | None:
+    """The CPU limit one cgroup folder sets, (CPUs or None for no limit, its file), or None
+    where the folder has no CPU file (cgroup v2's root has none; nor has a v2 cgroup whose
+    parent does not enable the cpu controller)."""
+    if (folder / "cpu.max").is_file():
+        return parse_cpu_max((folder / "cpu.max").read_text()), str(folder / "cpu.max")
+    quota, period = folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us"
+    if quota.is_file() and period.is_file():
+        return parse_cfs(quota.read_text(), period.read_text()), str(quota)
+    return None
+
+
+def cgroup_quota(root: Path | str = CGROUP_ROOT,
+                 proc: Path | str = PROC_CGROUP) -> tuple[float | None, str]:
     """The CPU quota of this process's cgroup, and the file it came from.
 
-    Looks for cgroup v2 (``cpu.max``) and then v1 (``cpu/cpu.cfs_quota_us``). Inside a
-    container the cgroup filesystem is the container's own, so the files at the root are
-    the ones that apply. Returns (None, reason) when there is no quota or no file.
+    The cgroup is the one ``proc`` names (a systemd slice, a Slurm job, a container): its
+    folder under ``root`` and every parent up to ``root``, since a parent's limit holds for
+    all its children; the smallest limit applies. cgroup v2 (``cpu.max``) is looked for first,
+    then v1's cpu controller (``cpu/cpu.cfs_quota_us``). Returns (None, file) when the files
+    set no limit, and (None, reason) when there are none.
     """
     root = Path(root)
-    v2 = root / "cpu.max"
-    if v2.is_file():
-        return parse_cpu_max(v2.read_text()), str(v2)
-    for folder in ("cpu", "cpu,cpuacct"):
-        quota, period = root / folder / "cpu.cfs_quota_us", root / folder / "cpu.cfs_period_us"
-        if quota.is_file() and period.is_file():
-            return parse_cfs(quota.read_text(), period.read_text()), str(quota)
+    try:
+        own = own_cgroups(Path(proc).read_text())
+    except OSError:  # no /proc (macOS), or a test's fake tree without one
+        own = {}
+    for base, path in [(root, own.get("v2", "/")), (root / "cpu", own.get("v1", "/")),
+                       (root / "cpu,cpuacct", own.get("v1", "/"))]:
+        found = [f for f in map(folder_quota, cgroup_levels(base, path)) if f is not None]
+        if found:
+            limited = [f for f in found if f[0] is not None]
+            return min(limited, key=lambda f: f[0]) if limited else found[0]
     return None, f"no cgroup CPU files under {root}"
 
 
@@ -82,9 +129,9 @@ def affinity_count() -> int:
         return os.cpu_count() or 1
 
 
-def cpu_budget(root: Path | str = CGROUP_ROOT) -> CpuBudget:
+def cpu_budget(root: Path | str = CGROUP_ROOT, proc: Path | str = PROC_CGROUP) -> CpuBudget:
     """Logical CPUs, affinity and cgroup quota of this process, read now."""
-    quota, source = cgroup_quota(root)
+    quota, source = cgroup_quota(root, proc)
     return CpuBudget(os.cpu_count() or 1, affinity_count(), quota, source)
 
 

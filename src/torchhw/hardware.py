@@ -12,15 +12,18 @@ What the CPU could compute at best is in :mod:`torchhw.peak`.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import torch
@@ -56,6 +59,8 @@ class CPUInfo:
     torch_capability: str = ""
     caches: dict[str, int] = field(default_factory=dict)  # "L1d", "L2", "L3" -> bytes per cache
     local: bool = False  # this machine's CPU (cpu_info), not one described by hand
+    # "L2" -> how many logical CPUs share one such cache (Linux only; {} when unknown)
+    cache_sharing: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -102,7 +107,7 @@ class HardwareSurvey:
         rows += [
             ("ISA features", isa),
             ("torch CPU kernels", c.torch_capability),
-            ("caches", ", ".join(f"{k} {_size(v)}" for k, v in c.caches.items()) or "unknown"),
+            ("caches", _cache_row(c)),
             ("memory", f"{self.memory_gib:.1f} GiB"),
         ]
         rows += [(k, str(v)) for k, v in self.torch_build.items()]
@@ -135,8 +140,31 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:g} KiB"
 
 
-def _caches() -> dict[str, int]:
-    """Per-cache sizes of CPU 0 from sysfs (Linux) or sysctl (macOS); {} when unknown."""
+def _cache_row(c: CPUInfo) -> str:
+    """'L1d 48 KiB, L2 1 MiB, L3 32 MiB (one cache each; shared by 1, 1 and 2 logical CPUs)'."""
+    sizes = ", ".join(f"{k} {_size(v)}" for k, v in c.caches.items())
+    if not sizes:
+        return "unknown"
+    shared = [str(c.cache_sharing[k]) for k in c.caches if k in c.cache_sharing]
+    if len(shared) != len(c.caches):
+        return sizes + " (the size of one cache)"
+    counts = ", ".join(shared[:-1]) + " and " + shared[-1] if len(shared) > 1 else shared[0]
+    return f"{sizes} (one cache each; shared by {counts} logical CPUs)"
+
+
+def _cpu_count(cpu_list: str) -> int:
+    """How many CPUs a sysfs list such as '0-3,8' names; 0 for an empty one."""
+    count = 0
+    for part in cpu_list.strip().split(","):
+        first, _, last = part.partition("-")
+        if first.strip().isdigit():
+            count += int(last) - int(first) + 1 if last.strip().isdigit() else 1
+    return count
+
+
+def _caches(sharing: dict[str, int] | None = None) -> dict[str, int]:
+    """Per-cache sizes of CPU 0 from sysfs (Linux) or sysctl (macOS); {} when unknown. Where
+    sysfs says how many logical CPUs share each cache, ``sharing`` is filled with it."""
     found: dict[str, int] = {}
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         level, kind = _read(str(index / "level")).strip(), _read(str(index / "type")).strip()
@@ -145,7 +173,11 @@ def _caches() -> dict[str, int]:
             continue
         units = {"K": 2**10, "M": 2**20, "G": 2**30}
         value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-        found[f"L{level}" + ("d" if kind == "Data" else "")] = value
+        name = f"L{level}" + ("d" if kind == "Data" else "")
+        found[name] = value
+        shared = _cpu_count(_read(str(index / "shared_cpu_list")))
+        if sharing is not None and shared:
+            sharing[name] = shared
     if not found and sys.platform == "darwin":
         for name, key in (("L1d", "hw.l1dcachesize"), ("L2", "hw.l2cachesize"),
                           ("L3", "hw.l3cachesize")):
@@ -210,6 +242,8 @@ def cpu_info() -> CPUInfo:
         freq = None
     if freq and freq.max:
         clock, clock_source = freq.max / 1e3, "maximum, from psutil.cpu_freq"
+    sharing: dict[str, int] = {}
+    caches = _caches(sharing)
     return CPUInfo(
         model=model,
         vendor=vendor,
@@ -222,8 +256,9 @@ def cpu_info() -> CPUInfo:
         model_number=model_number,
         isa={k: k in flags for k in ISA_FLAGS},
         torch_capability=torch.backends.cpu.get_cpu_capability(),
-        caches=_caches(),
+        caches=caches,
         local=True,
+        cache_sharing=sharing,
     )
 
 
@@ -273,6 +308,82 @@ def gpu_info(timeout: float = 120) -> tuple[list[GPUInfo], dict[str, Any], str]:
     return gpus, versions, "" if gpus else "none found by CUDA"
 
 
+# BLAS_INFO in torch.__config__.show(), as torch's build scripts set it, and the library's name
+_BLAS_NAMES = {"mkl": "MKL", "open": "OpenBLAS", "accelerate": "Accelerate", "atlas": "ATLAS",
+               "ssl2": "Fujitsu SSL2", "generic": "a generic BLAS"}
+
+
+def blas_library(config: str | None = None) -> str:
+    """The BLAS library this torch calls for float32 and float64 matrix products on a CPU, as
+    its build settings name it (``BLAS_INFO`` in ``torch.__config__.show()``, or ``config``)."""
+    text = torch.__config__.show() if config is None else config
+    found = re.search(r"BLAS_INFO=([\w.+-]+)", text)
+    if found is None:
+        return "MKL" if torch.backends.mkl.is_available() else "not named by this build"
+    return _BLAS_NAMES.get(found.group(1).lower(), found.group(1))
+
+
+def kernel_calls(fn: Callable[[], Any]) -> list[str]:
+    """The calls into MKL and oneDNN that ``fn()`` made, in order, as those libraries log them.
+
+    Each is ``"MKL SGEMM"`` (the BLAS function) or ``"oneDNN matmul (brg_matmul:avx512_core)"``
+    (the primitive, and the implementation oneDNN picked for this CPU; a ``reorder`` converts a
+    tensor between layouts). Empty where neither logged a call: the work ran in torch's own
+    kernels, in a library that keeps no such log (OpenBLAS, Accelerate), or on a GPU. The
+    libraries write the log to the process's standard output (file descriptor 1), which goes to
+    a temporary file meanwhile: in a notebook it would otherwise land in the kernel's terminal.
+    """
+    with contextlib.ExitStack() as stack:
+        if torch.backends.mkl.is_available():
+            stack.enter_context(torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON))
+        if torch.backends.mkldnn.is_available():
+            stack.enter_context(torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
+        text = _stdout_of(fn)
+    return parse_kernel_log(text)
+
+
+def _flush_c_stdout() -> None:
+    try:  # C's stdio buffer, where the libraries' printf output may wait
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows): nothing to do
+        pass
+
+
+def _stdout_of(fn: Callable[[], Any]) -> str:
+    """What ``fn()`` wrote to file descriptor 1 (C code included), with Python's stdout flushed."""
+    sys.stdout.flush()
+    _flush_c_stdout()
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(1)
+        os.dup2(log.fileno(), 1)
+        try:
+            fn()
+        finally:
+            _flush_c_stdout()
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        return log.read().decode(errors="replace")
+
+
+def parse_kernel_log(text: str) -> list[str]:
+    """The calls in MKL's and oneDNN's verbose output (see :func:`kernel_calls`)."""
+    calls = []
+    for line in text.splitlines():
+        mkl = re.match(r"MKL_VERBOSE\s+(\w+)\(", line)
+        if mkl:
+            calls.append(f"MKL {mkl.group(1)}")
+            continue
+        fields = line.strip().split(",")
+        # oneDNN 3: onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core,...
+        # oneDNN 2: dnnl_verbose,exec,cpu,convolution,jit:avx512_core,...
+        if fields[0] in ("onednn_verbose", "dnnl_verbose") and "exec" in fields:
+            i = fields.index("exec")
+            if len(fields) > i + 3:
+                calls.append(f"oneDNN {fields[i + 2]} ({fields[i + 3]})")
+    return calls
+
+
 def torch_build() -> dict[str, Any]:
     """Versions and build flags of the installed torch that decide which kernels exist."""
     mkldnn = torch.backends.mkldnn
@@ -280,7 +391,7 @@ def torch_build() -> dict[str, Any]:
         "torch": torch.__version__,
         "CUDA (build)": torch.version.cuda or "none",
         "ROCm (build)": getattr(torch.version, "hip", None) or "none",
-        "BLAS": "MKL" if torch.backends.mkl.is_available() else "other (OpenBLAS, Accelerate...)",
+        "BLAS": blas_library(),
         "oneDNN": "yes" if mkldnn.is_available() else "no",
         "OpenMP": "yes" if torch.backends.openmp.is_available() else "no",
         "intra-op threads": torch.get_num_threads(),

@@ -33,7 +33,9 @@ class Peak:
     clock: _clock.Clock | None = None
 
     def implied_clock_ghz(self, measured_gflops: float) -> float | None:
-        """The clock a measured rate implies, if every FMA unit was busy every cycle."""
+        """The clock a measured rate implies, if every FMA unit was busy every cycle: a lower
+        bound on the clock the vector units ran at, where ``flops_per_cycle`` is the most the
+        core can do (a rate at fewer FLOP per cycle needs a faster clock)."""
         if not self.cores or not self.flops_per_cycle:
             return None
         return measured_gflops / (self.cores * self.flops_per_cycle)

@@ -62,6 +62,7 @@ class Trial:
     status: str  # ok, failed, timed out, skipped, not applicable
     reason: str = ""
     median_s: float | None = None
+    base_median_s: float | None = None  # the baseline's median in this trial's own rounds
     iqr_s: float | None = None
     runs: int = 0
     first_step_s: float | None = None  # includes compiling and algorithm search
@@ -99,24 +100,27 @@ class TuneResult:
         return {t.name: t.speedup for t in self.trials if len(t.knobs) == 1}
 
     def rows(self) -> list[list[str]]:
-        rows = [["trial", "status", "median step", "speed-up", "IQR of ratio", "verdict, note"]]
+        rows = [["trial", "status", "median step", "baseline, same rounds", "speed-up",
+                 "IQR of ratio", "verdict, note"]]
         # each speed-up is against the baseline re-timed in that trial's own rounds, so a row's
-        # median step need not divide into the baseline row's (from the first trial's rounds)
+        # median step need not divide into the baseline row's (from the first trial's rounds):
+        # the baseline of its own rounds is shown beside it
         for t in self.trials:
             note = "; ".join(x for x in (t.verdict, t.busy, t.reason) if x)
             rows.append([
                 t.name, t.status, bench.fmt_time(t.median_s) if t.median_s else "",
+                bench.fmt_time(t.base_median_s) if t.base_median_s else "",
                 f"{t.speedup:.2f}x" if t.speedup else "",
                 f"{t.spread[0]:.2f}-{t.spread[1]:.2f}" if t.spread else "", note])
         return rows
 
     def __str__(self) -> str:
         rows = self.rows()
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
-        lines.append("(each speed-up is in examples per second, against the baseline timed in that trial's own rounds)")
-        lines.append(f"recommended: {self.recommended_trial} ({self.gain:.2f}x the baseline), "
-                     f"{self.spent_s:.1f} s of a {self.budget_s:g} s budget")
+        widths = [max(len(r[i]) for r in rows) for i in range(6)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
+        lines += [f"({line})" for line in self._footer()]
+        lines.append(f"recommended: {self.recommended_trial} ({self.gain:.2f}x the baseline); "
+                     f"{self.spent_s:.1f} s spent, budget {self.budget_s:g} s")
         if self.confirmation:
             lines.append(f"  confirmed? {self.confirmation}")
         if self.busy:
@@ -126,14 +130,28 @@ class TuneResult:
 
     __repr__ = __str__
 
+    def _footer(self) -> list[str]:
+        """How to read the columns, and how far the baseline drifted between trials."""
+        lines = ["Each speed-up is the median of its rounds' ratios, in examples per second, "
+                 "against the baseline timed in that trial's own rounds (\"baseline, same "
+                 "rounds\"): close to that baseline over the trial's median step, per example "
+                 "where the batch is doubled. The baseline row's median step is from the first "
+                 "trial's rounds."]
+        drift = [t.base_median_s for t in self.trials if t.base_median_s]
+        if len(drift) > 1 and max(drift) > 1.1 * min(drift):
+            lines.append(f"The baseline's own step ranged {bench.fmt_time(min(drift))}-"
+                         f"{bench.fmt_time(max(drift))} from one trial's rounds to another's: the "
+                         f"machine's speed drifted, which is why each trial is set against the "
+                         f"baseline of its own rounds and not against the baseline row.")
+        return lines
+
     def _repr_markdown_(self) -> str:
         rows = self.rows()
-        lines = ["| " + " | ".join(rows[0]) + " |", "|---|---|--:|--:|--:|---|"]
+        lines = ["| " + " | ".join(rows[0]) + " |", "|---|---|--:|--:|--:|--:|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        lines += ["", "Each speed-up is in examples per second, against the baseline timed in that trial's own rounds "
-                      "(the baseline row's median step is from the first trial's).",
+        lines += ["", " ".join(self._footer()),
                   "", f"**recommended:** {self.recommended_trial} ({self.gain:.2f}x the "
-                      f"baseline, {self.spent_s:.1f} s of a {self.budget_s:g} s budget)", ""]
+                      f"baseline; {self.spent_s:.1f} s spent, budget {self.budget_s:g} s)", ""]
         if self.confirmation:
             lines += [f"confirmed? {self.confirmation}", ""]
         if self.busy:
@@ -227,8 +245,8 @@ def compile_choice(compile: bool | None, budget_s: float) -> tuple[bool, str]:
     if budget_s / 2 >= COMPILE_BUDGET_S:  # a trial may take half the budget (its timeout)
         return True, ""
     return False, (f"a first compile can take up to {COMPILE_BUDGET_S:g} s here, more than a "
-                   f"trial's half of this {budget_s:g} s budget: give budget_s >= "
-                   f"{2 * COMPILE_BUDGET_S:g}, or compile=True")
+                   f"trial's half of this {budget_s:g} s budget: to try it, tune with "
+                   f"budget_s >= {2 * COMPILE_BUDGET_S:g}, or with compile=True")
 
 
 def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s: float = 10,
@@ -327,9 +345,9 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
         steps[name] = (step, context, deadline, setup.batch_factor)
 
     chosen = choose(trials)
-    confirmation, unconfirmed, gain, dropped, doubtful = "", None, 1.0, {}, {}
+    confirmation, unconfirmed, gain, dropped, doubtful, added = "", None, 1.0, {}, {}, {}
     if chosen is not None:
-        chosen, confirmation, gain, unconfirmed, dropped, doubtful = _confirm(
+        chosen, confirmation, gain, unconfirmed, dropped, doubtful, added = _confirm(
             chosen, trials, steps, base_step, base_context, base_deadline, device, round_time,
             start + budget_s, max(0.25, timeout / 4))
     busy = next((t.busy for t in trials if t.busy), "")
@@ -354,9 +372,15 @@ def tune(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *, budget_s
                               f"{chosen.name} ({gain:.2f}x the baseline when confirmed), though "
                               f"in the confirmation {doubtful[label]}{hardware}")
         elif label in chosen_knobs:
-            reasons[label] = (f"kept: {alone.speedup:.2f}x alone; the recommended {chosen.name} "
-                              f"was {gain:.2f}x the baseline when confirmed, and every knob in "
-                              f"it added a clear gain where that was measured{hardware}")
+            # what the knob adds is what the recommendation loses without it, in the same
+            # rounds; alone it may show no clear difference and still add a gain in company
+            share = (f"; in the confirmation, {added[label]}: it adds a clear gain there"
+                     if label in added else
+                     "; the recommendation without it was not timed, so what it adds there is "
+                     "not known" if len(chosen_knobs) > 1 else "")
+            reasons[label] = (f"kept: {alone.speedup:.2f}x alone ({alone.verdict}); the "
+                              f"recommended {chosen.name} was {gain:.2f}x the baseline when "
+                              f"confirmed{share}{hardware}")
         elif alone.verdict != "faster":
             reasons[label] = (f"left out: {alone.speedup:.2f}x alone, {alone.verdict}"
                               f"{hardware}")
@@ -387,7 +411,8 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
 
     Returns (the trial to recommend or None, the confirmation's text, its gain, the trial that
     was not confirmed or None, {knob: why it was dropped}, {knob in the recommendation that
-    the confirmation found adding nothing clear: why}).
+    the confirmation found adding nothing clear: why}, {knob of the recommendation: the gain
+    the confirmation measured it adding}).
     """
     by_name = {t.name: t for t in trials}
     subsets = {}
@@ -407,15 +432,17 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
             work={name: steps[name][3] for name in arms})
     except TrialStopped:
         return None, "stopped at the end of the budget; not confirmed: the baseline is " \
-                     "recommended", 1.0, chosen, {}, {}
-    dropped = {}
+                     "recommended", 1.0, chosen, {}, {}, {}
+    dropped, added = {}, {}
     for knob, rest in subsets.items():
         needed = bench.Comparison(rest, chosen.name, final[rest].cand_times,
                                   final[chosen.name].cand_times, final[chosen.name].busy,
                                   steps[rest][3], steps[chosen.name][3])
+        said = f"{chosen.name} was {needed.ratio:.2f}x {rest} without it ({needed.verdict})"
         if needed.verdict != "faster":
-            dropped[knob] = (f"{chosen.name} was {needed.ratio:.2f}x {rest} without it "
-                             f"({needed.verdict})")
+            dropped[knob] = said
+        else:
+            added[knob] = said
     pick = chosen.name
     if dropped:  # the best confirmed configuration without a knob that adds nothing clear
         kept = [subsets[k] for k in dropped if final[subsets[k]].verdict == "faster"]
@@ -423,14 +450,17 @@ def _confirm(chosen: Trial, trials: Sequence[Trial], steps: dict, base_step: Cal
     if pick is None or final[pick].verdict != "faster":
         again = final[pick or chosen.name]
         return (None, f"{again}; not confirmed: the baseline is recommended", 1.0, chosen,
-                dropped, {})
+                dropped, {}, {})
     again = final[pick]
     # a knob dropped from the winner can remain in the subset picked (when two were dropped):
     # it is kept, and its reason says what the confirmation found
     doubtful = {k: why for k, why in dropped.items() if k in by_name[pick].knobs}
     dropped = {k: why for k, why in dropped.items() if k not in by_name[pick].knobs}
+    # what each knob adds was measured against the winner; it holds for the pick only if the
+    # pick is the winner
+    added = added if pick == chosen.name else {}
     # the confirmation's own figure: the best of many trials is biased upwards
-    return by_name[pick], str(again), again.ratio, None, dropped, doubtful
+    return by_name[pick], str(again), again.ratio, None, dropped, doubtful, added
 
 
 def _fill(trial: Trial, found: bench.Comparison, baseline: bool = False) -> None:
@@ -442,6 +472,7 @@ def _fill(trial: Trial, found: bench.Comparison, baseline: bool = False) -> None
                    if len(times) >= 4 else max(times) - min(times))
     trial.runs = len(times)
     if not baseline:
+        trial.base_median_s = statistics.median(found.base_times)
         trial.speedup, trial.spread = found.ratio, found.interval
         trial.verdict, trial.busy = found.verdict, found.busy
 

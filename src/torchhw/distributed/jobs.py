@@ -508,10 +508,10 @@ def operator_env(job: Job, rdzv_endpoint: str) -> dict[str, str]:
 
 
 # What the manifests leave to the cluster, said at the top of each file: without it NCCL
-# falls back, silently, to TCP over the pod network, many times slower between nodes.
+# falls back, silently, to TCP over the pod network.
 _K8S_NETWORK = [
     "# Network: this file asks for no fast interconnect. Without one, NCCL talks TCP over the",
-    "# pod network, silently and many times slower between nodes. Ask your cluster's",
+    "# pod network, silently (check once: NCCL_DEBUG=INFO logs NET/IB, not NET/Socket). Ask your cluster's",
     "# documentation what to add to the container, typically:",
     "#   resources.limits: the RDMA devices (e.g. rdma/ib: 1, or the name its device plugin uses)",
     "#   securityContext.capabilities.add: [IPC_LOCK]  (NCCL pins memory for RDMA)",

@@ -161,13 +161,15 @@ def say(text: str) -> None:
 
 # torchrun's grace after SIGTERM: TORCH_ELASTIC_SHUTDOWN_TIMEOUT when torchrun itself is
 # signalled (a scheduler's stop), but a fixed 30 s when it stops its workers to restart them
-# after a fault (LocalElasticAgent._stop_workers calls _shutdown() with its default).
+# after a fault (LocalElasticAgent._stop_workers calls _shutdown() with its default). A worker
+# cannot tell the two apart, and need not: on a restart torchrun's SIGKILL at 30 s ends a wait
+# that is longer, while a scheduler's stop may use its whole grace for the step and the save.
 RESTART_GRACE_S = 30.0
 
 
 def stop_grace_s() -> float:
-    """The grace a worker can count on after any SIGTERM: the shorter of the two."""
-    return min(float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")), RESTART_GRACE_S)
+    """The grace after a scheduler's stop, the longest a stopped worker may take to save."""
+    return float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
 
 
 class StopFlag:
@@ -187,7 +189,7 @@ class StopFlag:
         # a worker stuck in a collective with a dead peer never reaches the check: without a
         # limit it would sit out torchrun's whole grace before the SIGKILL, on every node, at
         # every restart. The loop sets it from the time between its checks (StopFlag.expect).
-        # Until the loop has timed its checks, the shorter grace less a second.
+        # Until the loop has timed its checks, the grace less a second.
         self.wait_s = max(1.0, stop_grace_s() - 1)
         self.acknowledged = False  # the ranks agreed to stop: saving, not stuck
         if _WAITER:   # run as a program: the stop-signal thread tells us, even mid-collective
@@ -205,8 +207,7 @@ class StopFlag:
         """The loop's checks have come at most ``longest_between_checks_s`` apart, and a save
         takes ``save_s``: wait twice the one plus the other (at least 5 s, less than the grace)
         for the next check before giving up."""
-        self.wait_s = min(max(5.0, 2 * longest_between_checks_s + save_s),
-                          max(1.0, min(grace_s, RESTART_GRACE_S) - 1))
+        self.wait_s = min(max(5.0, 2 * longest_between_checks_s + save_s), max(1.0, grace_s - 1))
 
     def _give_up(self, wait_s: float) -> None:
         time.sleep(wait_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import numbers
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -82,7 +83,25 @@ def check_2(position: Callable[[int, int], tuple[int, int]]) -> str:
             ((k, e), "the pair is swapped: (epoch, batches_to_skip)"),
             ((e, k + 1), "step % per_epoch batches are done; skip exactly those"),
             ((step / per_epoch, k), "whole epochs: divide with //")))
-    return "That skip count is why fit() stores the shuffle state from the start of the epoch."
+        if not all(_whole(v) for v in got):
+            raise Wrong(tr("position({step}, {per_epoch}) returned {got}: the right values, but "
+                           "an epoch and a count of batches are whole numbers (ints), which "
+                           "range() and slicing need: // and % of two ints give ints",
+                           step=step, per_epoch=per_epoch, got=repr(got)))
+    return tr("That skip count is what fit() replays when it resumes in the middle of an epoch "
+              "(section 6): it keeps the shuffle state from the start of the epoch, draws that "
+              "epoch's batches again and skips the ones already done.")
+
+
+def _whole(value: Any) -> bool:
+    """An int (a NumPy or 0-d torch integer too), not a float that happens to be whole."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
 
 
 def state_bytes(model: torch.nn.Module) -> int:
@@ -92,11 +111,24 @@ def state_bytes(model: torch.nn.Module) -> int:
     return buffer.getbuffer().nbytes
 
 
-def _cnn() -> torch.nn.Module:
+def _cnn(size: int = 8, preset: str = "base") -> torch.nn.Module:
     from ..models import SmallCNN
 
     torch.manual_seed(0)
-    return SmallCNN(1, 10, 8, preset="base")
+    return SmallCNN(1, 10, size, preset=preset)
+
+
+# models a reader may count by mistake: the notebook's own 16 x 16 one, 03's `small` preset
+OTHER_MODELS = [(16, "base"), (8, "small"), (16, "small")]
+
+
+def _counts(model: torch.nn.Module) -> set[int]:
+    """The counts of ``model`` a prediction may have made: its tensors' bytes, its parameters'
+    bytes, its elements as 4 bytes each."""
+    state = model.state_dict()
+    return {sum(t.numel() * t.element_size() for t in state.values()),
+            sum(p.numel() * p.element_size() for p in model.parameters()),
+            4 * sum(t.numel() for t in state.values())}
 
 
 @exercise(3, "predict, then measure: a checkpoint's size",
@@ -126,6 +158,18 @@ def check_3(predicted_bytes: float | Callable[[], float]) -> str:
     predicted_bytes = float(predicted_bytes)  # an int, a float or a NumPy number alike
     missing = counted - predicted_bytes
     said = f"{predicted_bytes:,.0f}"
+    for size, preset in OTHER_MODELS:
+        if predicted_bytes in _counts(_cnn(size, preset)):
+            raise Wrong(tr("{predicted} bytes is a count of another model, "
+                           "SmallCNN(1, 10, {size}, preset={preset}): the exercise asks for "
+                           "SmallCNN(1, 10, 8, preset=\"base\"). The image size sets the linear "
+                           "head's inputs and the preset the channels, so count that model's "
+                           "state_dict()", predicted=said, size=size, preset=repr(preset)))
+    if missing == -params:
+        raise Wrong(tr("{predicted} bytes adds the optimizer's momentum (one more copy of the "
+                       "parameters) to the model's tensors: the exercise asks for "
+                       "model.state_dict() alone. A checkpoint saves the optimizer's state "
+                       "beside it, from optimizer.state_dict()", predicted=said))
     # the feedback names what is missing, never by how many bytes: a prediction that is told its
     # gap can be corrected without being understood
     if missing == counted - params:
@@ -206,10 +250,14 @@ WRONG: dict[int, list[Any]] = {
         lambda s, acc, t: _time_to(s, acc, t, own=False),
         lambda s, acc, t: _time_to(s, acc, t) or float("inf")],  # never: None, as the task says
     2: [lambda step, per: (step // per + 1, step % per), lambda step, per: (step // per, 0),
-        lambda step, per: (step % per, step // per)],
+        lambda step, per: (step % per, step // per),
+        lambda step, per: [float(step // per), float(step % per)]],   # right values, as floats
     # off by a factor (elements, twice), the hint's warning (the buffers: the parameters alone,
     # the counters left out, the counters as 4 bytes), and the file's size
     3: [_predicted() // 4, 2 * _predicted(),
+        # the notebook's own model (new_model(): 16 x 16 images), and the momentum added
+        sum(t.numel() * t.element_size() for t in _cnn(16).state_dict().values()),
+        _predicted() + sum(p.numel() * p.element_size() for p in _cnn().parameters()),
         sum(p.numel() * p.element_size() for p in _cnn().parameters()),
         _predicted() - 16, _parameters_and_stats(), _predicted() - 8,
         state_bytes(_cnn()), lambda: sum(p.numel() * 4 for p in _cnn().parameters())],
@@ -217,7 +265,8 @@ WRONG: dict[int, list[Any]] = {
 
 ALSO_RIGHT: dict[int, list[Any]] = {
     1: [lambda s, acc, t: _time_to(s, acc, t)],
-    2: [lambda step, per_epoch: divmod(step, per_epoch)],
+    2: [lambda step, per_epoch: divmod(step, per_epoch),
+        lambda step, per_epoch: [step // per_epoch, step % per_epoch]],   # a list is a pair too
     3: [float(_predicted()), torch.tensor(_predicted()), _predicted,
         lambda: sum(p.numel() * p.element_size() for p in _cnn().parameters())
         + sum(b.numel() * b.element_size() for b in _cnn().buffers())],

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Any, Callable
 
 from ..checks import Wrong, equal, exercise, hints_for, why
 from ..i18n import tr
+
+
+def _is_int(value: Any) -> bool:
+    """An integer, Python's or NumPy's (numbers.Integral), but not a bool or a float."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @exercise(1, "global ranks",
@@ -20,6 +26,10 @@ def check_1(global_rank: Callable[[int, int, int], int]) -> str:
         want = node * per_node + local
         got = global_rank(node, local, per_node)
         call = f"global_rank(node_rank={node}, local_rank={local}, nproc_per_node={per_node})"
+        if not _is_int(got):
+            raise Wrong(tr("{call} = {got}, a {kind}: a rank is a whole number, an int (it "
+                           "indexes processes and devices); return one, e.g. with // rather "
+                           "than /.", call=call, got=repr(got), kind=type(got).__name__))
         equal(got, want, call,
               why(got, want,
                   (node + local, "each node holds nproc_per_node ranks: node_rank ranks of "
@@ -96,9 +106,11 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
                                             (3, 8, "10.0.0.5:29400", "my_project.main")]:
         call = f"torchrun_for({nnodes}, {nproc}, {endpoint!r}, {module!r})"
         got = [str(a) for a in command(nnodes, nproc, endpoint, module)]
-        if not got or got[0] != "torchrun":
-            raise Wrong(tr("{call}: the command should start with 'torchrun'.", call=call))
-        parsed, defaults = _torchrun_parse(got[1:])
+        program = _launcher_length(got)
+        if not program:
+            raise Wrong(tr("{call}: the command should start with 'torchrun' (or 'python -m "
+                           "torch.distributed.run', the same program).", call=call))
+        parsed, defaults = _torchrun_parse(got[program:])
         if isinstance(parsed, str):
             raise Wrong(tr("{call}: torchrun rejects this command ({parsed}). Check each "
                            "option's spelling against torchrun --help.", call=call, parsed=parsed))
@@ -110,6 +122,15 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
         for name, value in wanted.items():
             attr = name.replace("-", "_")
             have = str(getattr(parsed, attr))
+            if name == "nnodes" and ":" in have:
+                low, _, high = have.partition(":")
+                if low == high == value:  # MIN:MAX with MIN == MAX: exactly that many nodes
+                    continue
+                if low != high and value in (low, high):
+                    raise Wrong(tr("{call}: --nnodes={have} lets the job start with any number "
+                                   "of nodes from {low} to {high}; the task asks for exactly "
+                                   "{value}: --nnodes={value} (or {value}:{value}).", call=call,
+                                   have=have, low=low, high=high, value=value))
             if have != value:
                 given = getattr(parsed, attr) != defaults[attr]
                 shown = tr(", got {have}", have=repr(have)) if given else ""
@@ -120,13 +141,33 @@ def check_3(command: Callable[[int, int, str, str], list[str]]) -> str:
         if not parsed.rdzv_id or parsed.rdzv_id == defaults["rdzv_id"]:
             raise Wrong(tr("add --rdzv-id=SOMETHING (not empty): both nodes must name the same "
                            "job."))
+        if parsed.module and parsed.training_script == module and parsed.training_script_args:
+            raise Wrong(tr("{call}: after -m {module} comes {extra}, which torchrun hands to the "
+                           "module as its arguments; the task asks for the module alone, so end "
+                           "with '-m', {module}.", call=call, module=repr(module),
+                           extra=repr(parsed.training_script_args)))
         if not parsed.module or parsed.training_script != module or parsed.training_script_args:
+            if not parsed.module and parsed.training_script == module:
+                raise Wrong(tr("{call}: without -m torchrun runs {module} as the path of a "
+                               "script file; put '-m' before it, so torchrun runs the module "
+                               "(as python -m does).", call=call, module=repr(module)))
             if nnodes == 3:
                 raise Wrong(tr("{call}: end with '-m', {module}, so torchrun runs the module "
                                "(take it from the arguments).", call=call, module=repr(module)))
             raise Wrong(tr("{call}: end with '-m', {module}, so torchrun runs the module.",
                            call=call, module=repr(module)))
     return "torchhw.distributed.agents.torchrun_command builds the same, and the Slurm script uses it."
+
+
+def _launcher_length(argv: list[str]) -> int:
+    """How many words start torchrun in ``argv``: 1 for torchrun, 3 for python -m
+    torch.distributed.run (the program the torchrun command runs), 0 for anything else."""
+    if argv and argv[0].rsplit("/", 1)[-1] == "torchrun":
+        return 1
+    if len(argv) >= 3 and re.fullmatch(r"python[\d.]*", argv[0].rsplit("/", 1)[-1]) \
+            and argv[1:3] == ["-m", "torch.distributed.run"]:
+        return 3
+    return 0
 
 
 def _culprits(report: str) -> list[int]:
@@ -156,10 +197,12 @@ def check_4(culprits: Callable[[str], list[int]]) -> str:
         if not isinstance(got, (list, tuple)):
             raise Wrong(tr("{call} returned {kind}: return a list of rank numbers.", call=call,
                            kind=type(got).__name__))
-        if not all(isinstance(r, int) and not isinstance(r, bool) for r in got):
-            raise Wrong(tr("{call} = {got}: return the ranks as ints (int() each match), not "
-                           "strings.", call=call, got=repr(list(got))))
-        got = list(got)
+        odd = [r for r in got if not _is_int(r)]
+        if odd:
+            raise Wrong(tr("{call} = {got}: return the ranks as ints (int() each match); {first} "
+                           "is a {kind}, not an int.", call=call, got=repr(list(got)),
+                           first=repr(odd[0]), kind=type(odd[0]).__name__))
+        got = [int(r) for r in got]  # NumPy's integers too
         if sorted(got) == want and got != want:
             raise Wrong(tr("{call} = {got}: the right ranks, but sort them.", call=call, got=got))
         equal(got, want, call, why(
@@ -189,9 +232,18 @@ def _culprits_as_found(report: str) -> list[int]:
     return [int(r) for r in match.group(1).split(",")] if match else []
 
 
+def _culprits_numpy(report: str) -> list[Any]:
+    """The ranks as NumPy's integers (numpy.int64), as np.sort or np.array give them."""
+    import numpy as np
+
+    return list(np.sort(np.array(_culprits(report), dtype=np.int64)))
+
+
 WRONG: dict[int, list[Any]] = {
     # the hint's point: count node by node; the two ranks swapped
-    1: [lambda node, local, per_node: node + local, lambda node, local, per_node: local * per_node + node],
+    1: [lambda node, local, per_node: node + local, lambda node, local, per_node: local * per_node + node,
+        # the review's: the right number as a float
+        lambda node, local, per_node: float(node * per_node + local)],
     # the hint's warning: a checkpoint at the crash step itself; counts instead of steps
     2: [lambda crash, every: every, lambda crash, every: crash // every,
         lambda crash, every: crash % every or every],
@@ -212,7 +264,16 @@ WRONG: dict[int, list[Any]] = {
         # the review's: an option torchrun does not have
         lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
                             "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j",
-                            "--rdzv-timout=10", "-m", m]],
+                            "--rdzv-timout=10", "-m", m],
+        # the review's: a range of nodes that is not the task's, arguments after the module,
+        # and the module run as a script path (no -m)
+        lambda n, p, e, m: ["torchrun", f"--nnodes=1:{n}", f"--nproc-per-node={p}",
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j", "-m", m],
+        lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j", "-m", m,
+                            "--steps", "10"],
+        lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j", m]],
     # the hint's warning (rank 0 only reports), and the task's rule (sorted ints)
     4: [lambda r: [0] + _culprits(r), lambda r: _culprits(r)[:1], lambda r: [],
         lambda r: [str(x) for x in _culprits(r)], _culprits_as_found,
@@ -228,9 +289,18 @@ ALSO_RIGHT: dict[int, list[Any]] = {
         # the review's: --module is torchrun's long spelling of -m
         lambda n, p, e, m: ["torchrun", f"--nnodes={n}", f"--nproc-per-node={p}",
                             "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=job",
-                            "--module", m]],
+                            "--module", m],
+        # the review's: torchrun's MIN:MAX form with MIN == MAX, and the program the torchrun
+        # command runs, as the notebook prints it
+        lambda n, p, e, m: ["torchrun", f"--nnodes={n}:{n}", f"--nproc-per-node={p}",
+                            "--rdzv-backend=c10d", f"--rdzv-endpoint={e}", "--rdzv-id=j", "-m", m],
+        lambda n, p, e, m: ["python", "-m", "torch.distributed.run", f"--nnodes={n}",
+                            f"--nproc-per-node={p}", "--rdzv-backend=c10d",
+                            f"--rdzv-endpoint={e}", "--rdzv-id=j", "-m", m]],
     4: [lambda r: sorted(int(x) for x in re.search(r"Ranks? ([\d, ]+) failed", r).group(1).split(",")),
         lambda r: tuple(sorted(map(int, re.findall(r"\d+", r.split(" failed to pass")[0]
-                                                   .rsplit("Rank", 1)[1]))))],
+                                                   .rsplit("Rank", 1)[1])))),
+        # the review's: NumPy's integers are ints too
+        _culprits_numpy],
 }
 """Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

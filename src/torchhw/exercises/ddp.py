@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from torch.utils.data import DistributedSampler
 
-from ..checks import Wrong, close, equal, exercise, hints_for, mark, why
+from ..checks import Wrong, close, equal, exercise, hints_for, mark, watching, why
 from ..i18n import tr
 
 
@@ -20,6 +20,41 @@ def _shard(n: int, rank: int, world: int, wrap_once: bool = False) -> list[int]:
     return padded[rank:total:world]
 
 
+def _padded_with(n: int, rank: int, world: int, index: int) -> list[int]:
+    """A wrong version: the padding repeats one index (the first or the last) instead of
+    wrapping around."""
+    total = math.ceil(n / world) * world
+    return (list(range(n)) + [index] * (total - n))[rank::world]
+
+
+def _dropped(n: int, rank: int, world: int) -> list[int]:
+    """A wrong version: the tail is dropped, as DistributedSampler(drop_last=True) does."""
+    return list(range(n))[:n // world * world][rank::world]
+
+
+_CASES_1 = [(10, 2), (10, 3), (7, 4), (4, 4), (1, 4), (3, 8)]
+_NEVER = object()  # a value no answer equals: a mistake that does not fit the whole answer
+
+
+def _answers_1(shard: Callable[[int, int, int], Any]) -> dict[tuple[int, int, int], Any]:
+    """The reader's indices for every case (None where the answer fails there)."""
+    answers: dict[tuple[int, int, int], Any] = {}
+    for n, world in _CASES_1:
+        for rank in range(world):
+            try:
+                answers[n, rank, world] = [int(i) for i in shard(n, rank, world)]
+            except Exception:
+                answers[n, rank, world] = None
+    return answers
+
+
+def _sampler_calls() -> Any:
+    """Watch DistributedSampler being made or iterated, however it was imported (its methods,
+    looked up on the class at call time, are replaced; the class itself stays)."""
+    return watching((DistributedSampler, "__init__", "DistributedSampler"),
+                    (DistributedSampler, "__iter__", "DistributedSampler"))
+
+
 @exercise(1, "which examples a rank gets",
           hint="every rank must get the same number of examples, even when n does not divide "
                "by world. How does DistributedSampler make up the difference, and in what "
@@ -29,22 +64,50 @@ def _shard(n: int, rank: int, world: int, wrap_once: bool = False) -> list[int]:
                "then gives rank r every world_size-th index from r: padded[r::world].")
 def check_1(shard: Callable[[int, int, int], list[int]]) -> str:
     # (1, 4) and (3, 8): fewer examples than ranks, so the padding wraps round more than once
-    for n, world in [(10, 2), (10, 3), (7, 4), (4, 4), (1, 4), (3, 8)]:
-        per = math.ceil(n / world)
-        for rank in range(world):
-            want = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
-            got = shard(n, rank, world)
+    wants = {(n, rank, world): list(DistributedSampler(range(n), num_replicas=world, rank=rank,
+                                                       shuffle=False))
+             for n, world in _CASES_1 for rank in range(world)}
+    with _sampler_calls() as seen:
+        for (n, rank, world), want in wants.items():
+            per = math.ceil(n / world)
             call = f"shard({n}, rank={rank}, world={world})"
+            got = shard(n, rank, world)
+            if seen.used:
+                raise Wrong(tr("{call} uses DistributedSampler itself: the exercise asks you to "
+                               "compute its indices without it.", call=call))
             try:
                 got = [int(i) for i in got]
             except (TypeError, ValueError):
                 raise Wrong(tr("{call} returned {got}: return a list of indices.", call=call,
                                got=repr(got))) from None
+            if got == want:
+                continue
+            answers = _answers_1(shard)
+
+            def fits(mistake: Callable[[int, int, int], list[int]]) -> Any:
+                """``got`` if the answer is this mistake on every case, else a value nothing
+                equals: the reason is then only the fallback's, from this case alone."""
+                return got if all(answers[c] == mistake(*c) for c in answers) else _NEVER
+
             equal(got, want, call, why(
                 got, want,
-                (list(range(rank, n, world)), "without padding the ranks get different numbers "
-                                              "of examples: pad the list to a multiple of "
-                                              "world by wrapping around"),
+                # mistakes the whole answer makes, on every case: each has its own reason
+                (fits(lambda n, r, w: _shard(n, r, w, wrap_once=True)),
+                 "the padding wraps around as often as needed, not just once: with fewer "
+                 "examples than ranks, 0, 1, ..., n-1 comes round again and again"),
+                (fits(lambda n, r, w: list(range(r, n, w))),
+                 "without padding the ranks get different numbers of examples: pad the list to "
+                 "a multiple of world by wrapping around"),
+                (fits(_dropped), "that drops the tail, as DistributedSampler(drop_last=True) "
+                                 "does; by default it pads instead, by wrapping around to the "
+                                 "start, so that no example is left out"),
+                (fits(lambda n, r, w: _padded_with(n, r, w, n - 1)),
+                 "the padding repeats the list from its start (0, 1, 2, ...), not the last "
+                 "index"),
+                (fits(lambda n, r, w: _padded_with(n, r, w, 0)),
+                 "the padding repeats the list from its start (0, 1, 2, ...), not index 0 "
+                 "alone"),
+                # this case alone
                 ([i % n for i in range(rank * per, (rank + 1) * per)],
                  "DistributedSampler deals the indices out in turn (every world-th from the "
                  "rank), not in blocks"),
@@ -52,7 +115,10 @@ def check_1(shard: Callable[[int, int, int], list[int]]) -> str:
                  "DistributedSampler deals the indices out in turn, not in blocks, and pads "
                  "the list so that every rank gets as many"),
                 (_shard(n, rank, world, wrap_once=True), "the padding wraps around as often "
-                                                         "as needed, not just once")))
+                                                         "as needed, not just once"),
+                (list(range(rank, n, world)), "without padding the ranks get different numbers "
+                                              "of examples: pad the list to a multiple of "
+                                              "world by wrapping around")))
     return "Every rank gets the same number of examples, so every rank runs the same number of steps."
 
 
@@ -117,6 +183,12 @@ def _mistakes_4(got: float, want: float, params: int, n: int, how: str) -> str:
                (16 * params / n, "DDP keeps a full copy of everything on every rank; only FSDP "
                                  "splits it"),
                (16 * params, "FSDP splits weights, gradients and Adam's state over the n ranks"),
+               (8 * params + 8 * params / n if how == "fsdp" else _NEVER,
+                "that splits only Adam's state, as ZeRO-1 (ZeroRedundancyOptimizer) does; FSDP "
+                "splits the weights and the gradients too"),
+               (4 * params + 12 * params / n if how == "fsdp" else _NEVER,
+                "that splits the gradients and Adam's state, as ZeRO-2 does; FSDP splits the "
+                "weights too"),
                (4 * params / per, "those are the weights alone: the gradients and Adam's two "
                                   "moments are held too"),
                (8 * params / per, "weights and gradients only: Adam keeps two moments, 8 "
@@ -185,7 +257,11 @@ WRONG: dict[int, list[Any]] = {
     1: [lambda n, r, w: list(range(n))[r * math.ceil(n / w):(r + 1) * math.ceil(n / w)],
         lambda n, r, w: list(range(r, n, w)),
         # pads by repeating the start once: wrong where the padding is longer than the data
-        lambda n, r, w: _shard(n, r, w, wrap_once=True)],
+        lambda n, r, w: _shard(n, r, w, wrap_once=True),
+        # the review's: the tail dropped, the padding by the last index, and the very class
+        # the exercise is about (the task forbids it)
+        _dropped, lambda n, r, w: _padded_with(n, r, w, n - 1),
+        lambda n, r, w: list(DistributedSampler(range(n), num_replicas=w, rank=r, shuffle=False))],
     # constants, and the scale upside down
     2: [lambda w, red: 1.0, lambda w, red: float(w),
         lambda w, red: 1.0 if red == "mean" else 1 / w],
@@ -197,7 +273,9 @@ WRONG: dict[int, list[Any]] = {
     # the task's rule
     4: [lambda p, n, how: 16 * p / n, lambda p, n, how: 4 * p / (n if how == "fsdp" else 1),
         lambda p, n, how: 12 * p / (n if how == "fsdp" else 1),
-        lambda p, n, how: 20 * p if how == "ddp" else 16 * p / n],
+        lambda p, n, how: 20 * p if how == "ddp" else 16 * p / n,
+        # the review's: only Adam's state split (ZeRO-1), not FSDP
+        lambda p, n, how: 16 * p if how == "ddp" else 8 * p + 8 * p / n],
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {

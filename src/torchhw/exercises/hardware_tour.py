@@ -32,7 +32,13 @@ def check_1(gflops: Callable[[int, int, int, float], float]) -> str:
             (want / 2, "half the answer: a multiply-add is two FLOP, a multiply and an add"),
             (want * 1e9, "that is FLOP/s: divide by 1e9 for GFLOP/s"),
             (2 * m * k * n * seconds / 1e9, "multiplied by the time: a rate divides by it"),
-            (want / 2 * 1e9, "FLOP/s, and half of them: a multiply-add is two FLOP")))
+            (want / 2 * 1e9, "FLOP/s, and half of them: a multiply-add is two FLOP"),
+            (want * 1e9 / 2**30, "giga in a rate is 1e9, not 2**30: GFLOP/s is 1e9 FLOP per "
+                                 "second"),
+            (2 * m * k * n // seconds // 1e9, "rounded down: // is floor division, / keeps the "
+                                              "fraction"),
+            (2 * n**3 / seconds / 1e9, "that is the count of a square n x n product: an "
+                                       "(m x k) @ (k x n) one does m*k*n multiply-adds")))
     return "Keep this formula: every GFLOP/s in this course comes from it."
 
 
@@ -48,6 +54,9 @@ def check_2(intensity: Callable[[int, int], float]) -> str:
         got = intensity(n, size)
         close(got, want, _call("intensity", n, size), extra=why(
             got, want,
+            # n/6, section 7's fp32 intensity, comes first: for 2-byte elements it is also half
+            (2 * n / (3 * 4), "that is the fp32 answer, n/6: it takes 4 bytes per element "
+                              "whatever the dtype; use bytes_per_element"),
             (want / 2, "half the answer: is a multiply-add one FLOP or two?"),
             (want * size, "FLOP per element, not per byte: multiply the elements by "
                           "bytes_per_element"),
@@ -63,7 +72,10 @@ def check_2(intensity: Callable[[int, int], float]) -> str:
                "feed it: intensity (FLOP/byte) x bandwidth (GB/s). Take the smaller: "
                "min(peak, intensity * bandwidth).")
 def check_3(attainable: Callable[[float, float, float], float]) -> str:
-    cases = [(0.083, 190, 20), (170, 190, 20), (9.5, 190, 20), (2, 1e6, 3e3), (2, 1e15, 3e3)]
+    # the ridge of the first cases is at 9.5 FLOP/byte: cases far from it, at it, and at 0.5x,
+    # 0.95x, 1.05x and 2x of it, so that a switch between the roofs in the wrong place shows
+    cases = [(0.083, 190, 20), (170, 190, 20), (9.5, 190, 20), (4.75, 190, 20), (9.0, 190, 20),
+             (10.0, 190, 20), (19.0, 190, 20), (2, 1e6, 3e3), (2, 1e15, 3e3)]
     answers = [attainable(*case) for case in cases]
     mistakes = {  # judged over every case at once: one case alone cannot tell some of them apart
         _("the compute peak alone: at low intensity memory cannot feed it"):
@@ -82,6 +94,12 @@ def check_3(attainable: Callable[[float, float, float], float]) -> str:
     if wrong_at:
         named = next((reason for reason, f in mistakes.items()
                       if all(_close_enough(got, f(*case)) for case, got in zip(cases, answers))), "")
+        if not named and all(_close_enough(answers[k], max(cases[k][1], cases[k][0] * cases[k][2]))
+                             for k in wrong_at):
+            # right far from the ridge, the other roof near it: the switch is misplaced
+            named = _("the switch between the roofs is in the wrong place: they cross at the "
+                      "ridge, intensity = peak / bandwidth, and left of it the memory roof is "
+                      "the lower one")
         case = cases[wrong_at[0]]
         close(answers[wrong_at[0]], min(case[1], case[0] * case[2]), _call("attainable", *case),
               extra=tr(" ({reason})", reason=named) if named else "")
@@ -108,18 +126,27 @@ WRONG: dict[int, list[Any]] = {
     # the hint's warning: a multiply-add is two FLOP; then units and the rate upside down
     1: [lambda m, k, n, s: m * k * n / s / 1e9, lambda m, k, n, s: 2 * m * k * n * s / 1e9,
         lambda m, k, n, s: 2 * m * k * n / s,
-        lambda m, k, n, s: m * n * (2 * k - 1) / s / 1e9],    # exact, not the convention
+        lambda m, k, n, s: m * n * (2 * k - 1) / s / 1e9,     # exact, not the convention
+        lambda m, k, n, s: 2 * m * k * n / s / 2**30,         # binary giga
+        lambda m, k, n, s: 2 * m * k * n // s // 1e9,         # floor division
+        lambda m, k, n, s: 2 * n**3 / s / 1e9],               # a square product assumed
     # the task's rule (A, B and C each cross once) broken by counting only the inputs
     2: [lambda n, b: n**3 / (3 * n * n * b), lambda n, b: 2 * n**3 / (3 * n * n),
-        lambda n, b: 2 * n**3 / (2 * n * n * b)],
+        lambda n, b: 2 * n**3 / (2 * n * n * b),
+        lambda n, b: n / 6],                                    # section 7's fp32 value copied
     # the hint's warning: the smaller roof, not the larger
     3: [lambda i, p, b: max(p, i * b), lambda i, p, b: i * b, lambda i, p, b: p,
-        lambda i, p, b: min(p, i * b * 1e9)],                   # a unit slip: GB/s as B/s
+        lambda i, p, b: min(p, i * b * 1e9),                    # a unit slip: GB/s as B/s
+        # the switch between the roofs misplaced: at half, twice, 0.9x the ridge
+        lambda i, p, b: p if i >= 0.5 * p / b else i * b,
+        lambda i, p, b: p if i >= 2 * p / b else i * b,
+        lambda i, p, b: p if i >= 0.9 * p / b else i * b],
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {
     1: [lambda m, k, n, seconds: (m * n * (2 * k)) / (seconds * 1e9)],
     2: [lambda n, b: (2 * n**3) / (3 * b * n**2)],
-    3: [lambda i, p, b: p if i * b > p else i * b],
+    3: [lambda i, p, b: p if i * b > p else i * b,
+        lambda i, p, b: p if i >= p / b else i * b],             # the switch at the ridge itself
 }
 """Other correct answers each checker must accept (tested alongside SOLUTIONS)."""

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..checks import Wrong, equal, exercise, hints_for, why
+from ..checks import Wrong, _same, equal, exercise, hints_for, why
 from ..i18n import tr
 
 
@@ -30,6 +30,33 @@ def check_1(linear_params: Callable[..., int]) -> str:
     return "Almost all of an MLP's parameters sit in these matrices."
 
 
+_CONV_CASES = [(8, 3, 1, 1), (28, 5, 0, 1), (32, 3, 1, 2), (7, 3, 0, 2), (224, 7, 3, 2)]
+"""(size, kernel, padding, stride) of the cases check_2 tries."""
+
+_CONV_MISTAKES: dict[str, Callable[[int, int, int, int], int | None]] = {
+    # each known mistake's answer for (size, kernel, stride, padding); None: says nothing here
+    "swapped": lambda n, k, s, p: (n + 2 * s - k) // p + 1 if p else None,
+    "one side": lambda n, k, s, p: (n + p - k) // s + 1,
+    "no + 1": lambda n, k, s, p: (n + 2 * p - k) // s,
+    "no stride": lambda n, k, s, p: n + 2 * p - k + 1,
+    "no padding": lambda n, k, s, p: (n - k) // s + 1,
+    "rounded up": lambda n, k, s, p: -(-(n + 2 * p - k) // s) + 1,
+}
+
+
+def _conv_mistakes_made(conv_out: Callable[..., int]) -> set[str]:
+    """The known mistakes whose answers ``conv_out`` gives on every case."""
+    answers = []
+    for size, k, p, s in _CONV_CASES:
+        try:
+            answers.append(((size, k, s, p), conv_out(size, k, s, p)))
+        except Exception:
+            return set()
+    return {name for name, mistake in _CONV_MISTAKES.items()
+            if all(mistake(*case) is None or _same(got, mistake(*case))
+                   for case, got in answers)}
+
+
 @exercise(2, "the output size of a convolution",
           hint="picture the kernel sliding along a padded input: how long is the padded input, "
                "and how many positions does the kernel take, moving `stride` at a time? Keep "
@@ -39,7 +66,7 @@ def check_1(linear_params: Callable[..., int]) -> str:
                "(size + 2 * padding - kernel) // stride + 1. The arguments come in nn.Conv2d's "
                "order: conv_out(size, kernel, stride=1, padding=0).")
 def check_2(conv_out: Callable[..., int]) -> str:
-    for size, k, p, s in [(8, 3, 1, 1), (28, 5, 0, 1), (32, 3, 1, 2), (7, 3, 0, 2), (224, 7, 3, 2)]:
+    for size, k, p, s in _CONV_CASES:
         # by position first: the task fixes the order (nn.Conv2d's: kernel, stride, padding)
         call = f"conv_out({size}, {k}, {s}, {p})"
         try:
@@ -62,16 +89,27 @@ def check_2(conv_out: Callable[..., int]) -> str:
         if isinstance(got, float) and got != int(got) and math.floor(got) == want:
             raise Wrong(tr("{call} = {got}: a kernel position either fits or it does not, so "
                            "round the division down (//).", call=call, got=got))
-        equal(got, want, call, why(
-            got, want,
-            ((size + 2 * s - k) // p + 1 if p else None, "that is the answer with stride and "
-                                                         "padding swapped"),
-            ((size + 2 * p - k) // s, "the first position is left out: add 1"),
-            (size + 2 * p - k + 1, "the stride is left out: the kernel moves `stride` at a time"),
-            ((size + p - k) // s + 1, "padding is added on both sides: 2 * padding"),
-            ((size - k) // s + 1, "the padding is left out"),
-            (-(-(size + 2 * p - k) // s) + 1, "rounded up: a position only counts when the "
-                                              "whole kernel fits, so round down")))
+        if got != want:
+            # Two mistakes can give the same number here (padding on one side only, and the
+            # first position left out, both give 7 for an 8-wide input): name the one that
+            # the answer makes on every case, when there is one.
+            made = _conv_mistakes_made(conv_out)
+
+            def value(mistake: str) -> int | None:
+                if made and mistake not in made:
+                    return None
+                return _CONV_MISTAKES[mistake](size, k, s, p)
+
+            equal(got, want, call, why(
+                got, want,
+                (value("swapped"), "that is the answer with stride and padding swapped"),
+                (value("one side"), "padding is added on both sides: 2 * padding"),
+                (value("no + 1"), "the first position is left out: add 1"),
+                (value("no stride"), "the stride is left out: the kernel moves `stride` at a "
+                                     "time"),
+                (value("no padding"), "the padding is left out"),
+                (value("rounded up"), "rounded up: a position only counts when the whole "
+                                      "kernel fits, so round down")))
         # and by name, as nn.Conv2d's keywords are written
         named = f"conv_out({size}, {k}, stride={s}, padding={p})"
         try:
@@ -93,7 +131,8 @@ def _example_model() -> nn.Module:
 
 def _frozen_models() -> list[nn.Module]:
     """The example, then models frozen elsewhere: an answer must read requires_grad, not
-    skip the places the first model happens to freeze."""
+    skip the places the first model happens to freeze; and a model with a tied weight, which
+    an optimizer updates once."""
     torch.manual_seed(3)
     last = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 4), nn.Linear(4, 2))
     for p in last[3].parameters():  # the head frozen, the body trained
@@ -102,8 +141,12 @@ def _frozen_models() -> list[nn.Module]:
                            nn.Linear(5, 2))
     middle[2].weight.requires_grad_(False)  # only a weight frozen, its bias trained
     middle[1].requires_grad_(False)
+    tied = nn.Sequential(nn.Embedding(10, 4), nn.LayerNorm(4), nn.Linear(4, 10, bias=False))
+    tied[2].weight = tied[0].weight  # tied, as in section 3: one Parameter in two places
+    tied[1].requires_grad_(False)
     return [_example_model(), last, middle,
-            nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 3))]  # nothing frozen
+            nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 3)),  # nothing frozen
+            tied]
 
 
 def _check_count(count_trainable: Callable[[nn.Module], int], model: nn.Module) -> None:
@@ -124,11 +167,16 @@ def _check_count(count_trainable: Callable[[nn.Module], int], model: nn.Module) 
                     (len(trainable), "that counts the tensors; count the numbers they hold, "
                                      "numel()"),
                     (sum(len(p) for p in trainable), "len() is a tensor's first dimension; "
-                                                     "numel() counts all its numbers"))
+                                                     "numel() counts all its numbers"),
+                    (sum(p.numel() for m in model.modules() for p in m.parameters(recurse=False)
+                         if p.requires_grad),
+                     "a tied parameter, one tensor used in two places, was counted twice: an "
+                     "optimizer updates it once, and model.parameters() lists it once"),
+                    (0, ".grad stays None until a backward pass, so it cannot tell what will be "
+                        "trained: p.requires_grad says whether autograd will compute a gradient"))
         if not extra:
             extra = tr(" (in this model the frozen parameters are: {where}; ask each parameter "
-                       "whether it requires_grad rather than skipping fixed positions)",
-                       where=where)
+                       "whether it requires_grad, wherever it sits in the model)", where=where)
         raise Wrong(tr("count_trainable gave {got} for {model}, expected {want}{extra}.", got=got,
                        model=_describe(model), want=want, extra=extra))
 
@@ -190,6 +238,19 @@ class _BareParameters(nn.Module):  # the review's: the right size, no Linear, no
         return x
 
 
+class _ReLUFirst(_Stack):  # the review's: the right pieces in the wrong order
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(torch.relu(x))
+        return x
+
+
+class _NoGrad(_Stack):  # the review's: the right outputs, but nothing an optimizer could train
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return super().forward(x)
+
+
 class _NoReLU(_Stack):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
@@ -236,7 +297,8 @@ def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
                            kind=type(model).__name__, depth=depth, width=width))
         x = torch.randn(6, width, generator=torch.Generator().manual_seed(width))
         try:
-            out = model(x)
+            with torch.enable_grad():  # as in training, whatever the caller's mode
+                out = model(x)
         except NotImplementedError:
             raise Wrong(tr("{call} returns a module without a forward ({kind} "
                            "only holds the layers): give it a forward that runs them, or use "
@@ -250,9 +312,14 @@ def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
             for layer in layers:
                 expected = torch.relu(layer(expected))
             if not torch.allclose(out, expected, atol=1e-6):
-                plain = x
+                plain, relu_first = x, x
                 for i, layer in enumerate(layers):
                     plain = layer(plain) if i == depth - 1 else torch.relu(layer(plain))
+                    relu_first = layer(torch.relu(relu_first))
+                if torch.allclose(out, relu_first, atol=1e-6):
+                    raise Wrong(tr("{call} applies each ReLU before its Linear, ReLU then Linear: "
+                                   "the order matters. Each Linear's output goes through a ReLU, "
+                                   "ReLU(Linear(x)).", call=call))
                 if (out < 0).any():
                     where = (tr("no ReLU after the last layer")
                              if torch.allclose(out, plain, atol=1e-6) else tr("a ReLU is missing"))
@@ -261,6 +328,19 @@ def check_4(make_stack: Callable[[int, int], nn.Module]) -> str:
                 raise Wrong(tr("{call} does not compute ReLU(Linear(...)) with its layers in "
                                "order: check that every Linear is followed by a ReLU, and each "
                                "is used once.", call=call))
+        # the task's reason: an optimizer trains a layer only if backward() reaches it
+        if not out.requires_grad:
+            raise Wrong(tr("{call}'s output carries no gradient (was the forward run under "
+                           "torch.no_grad(), or detached?): backward() cannot reach the layers, "
+                           "so an optimizer would never train them.", call=call))
+        with torch.enable_grad():
+            out.sum().backward()
+        missed = [name for name, p in model.named_parameters() if p.grad is None]
+        if missed:
+            raise Wrong(tr("after {call}(x).sum().backward() these parameters have no gradient: "
+                           "{names}. An optimizer would not train them: every layer must be "
+                           "part of the computation autograd records.", call=call,
+                           names=", ".join(missed)))
     return "An optimizer built from model.parameters() will train every layer."
 
 
@@ -286,19 +366,27 @@ WRONG: dict[int, list[Any]] = {
         lambda n, k, stride=1, padding=0: (n + 2 * padding - k) / stride + 1,
         # the review's: right by keyword, but padding before stride
         lambda size, kernel, padding=0, stride=1: (size + 2 * padding - kernel) // stride + 1,
-        lambda size, kernel, padding=0, stride=1: (size + 2 * padding - kernel) // max(stride, 1) + 1],
+        lambda size, kernel, padding=0, stride=1: (size + 2 * padding - kernel) // max(stride, 1) + 1,
+        # the review's: padding on one side only (7 for an 8-wide input, as without the + 1)
+        lambda size, kernel, stride=1, padding=0: (size + padding - kernel) // stride + 1],
     # the hint's warnings: frozen parameters, buffers; and the rule: only what is trained
     3: [lambda m: sum(p.numel() for p in m.parameters()),
         lambda m: sum(t.numel() for t in m.state_dict().values()),
         lambda m: len([p for p in m.parameters() if p.requires_grad]),
         # the review's: right for the first model only, by skipping where it is frozen
         lambda m: sum(p.numel() for p in list(m.parameters())[2:]),
-        lambda m: sum(p.numel() for c in list(m.children())[1:] for p in c.parameters())],
+        lambda m: sum(p.numel() for c in list(m.children())[1:] for p in c.parameters()),
+        # the review's: a gradient is not there before backward(); a tied weight counted twice
+        lambda m: sum(p.numel() for p in m.parameters() if p.grad is not None),
+        lambda m: sum(p.numel() for p in m.state_dict(keep_vars=True).values() if p.requires_grad),
+        lambda m: sum(p.numel() for c in m.modules() for p in c.parameters(recurse=False)
+                      if p.requires_grad)],
     # the hint's warning (a plain list), the task's rule (a ReLU after each layer), a
-    # ModuleList with no forward, and one layer repeated
+    # ModuleList with no forward, one layer repeated, the ReLU before the Linear, and a forward
+    # that autograd does not record
     4: [_Hidden, lambda depth, width: nn.Sequential(*[nn.Linear(width, width)] * depth),
         lambda depth, width: nn.ModuleList(nn.Linear(width, width) for _ in range(depth)),
-        _NoReLU, _NoLastReLU, _BareParameters],
+        _NoReLU, _NoLastReLU, _BareParameters, _ReLUFirst, _NoGrad],
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {

@@ -72,7 +72,7 @@ def check_1(step: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> str:
         same_tensor(mine, param.detach(), tr("the parameter {where}", where=where), atol=1e-6)
         same_tensor(velocity, buffer, tr("the velocity {where}", where=where), atol=1e-6)
     return ("That one buffer of state per parameter is why momentum adds a copy of the "
-            "parameters to SGD's memory.")
+            "parameters to SGD's memory (section 3 measured it; Adam keeps two).")
 
 
 def _warmup_cosine(step: int, total: int, warmup: int, base: float) -> float:
@@ -106,6 +106,13 @@ def check_2(schedule: Callable[[int, int, int, float], float]) -> str:
                         (base * math.cos(math.pi * (step - warmup) / (total - warmup)),
                          "half a cosine wave, 0.5 * (1 + cos), goes from 1 to 0; cos alone "
                          "goes down to -1"),
+                        (base * (step + 1) / warmup if step <= warmup else want,
+                         "step warmup already belongs to the cosine (warm-up is step < warmup): "
+                         "there the rate is base_lr, not base_lr * (warmup + 1) / warmup"),
+                        (base * 0.5 * (1 + math.cos(math.pi * (step - warmup)
+                                                    / (total - warmup - 1))),
+                         "the cosine reaches 0 at step total, not at total - 1: divide by "
+                         "(total - warmup)"),
                         rel=1e-6)
             raise Wrong(tr("schedule({step}, total={total}, warmup={warmup}, base_lr={base}) = "
                            "{got}, expected {want}{extra}.", step=step, total=total,
@@ -196,12 +203,19 @@ def _best_epoch(val_losses: list[float], patience: int) -> int:
 
 
 _CURVES = [([1.0, 0.8, 0.7, 0.75, 0.9, 1.0, 1.2], 2),   # turns at epoch 3: stops at 5
+           ([1.0, 0.8, 0.9, 0.95, 0.7, 0.75], 2),          # stops at 4, before the later minimum
            ([1.0, 0.8, 0.7, 0.75, 0.9, 1.0, 1.2], 3),
            ([1.0, 0.9, 0.9, 0.9, 0.8, 0.85, 0.9], 2),    # equal is no improvement
            ([1.0, 0.9, 0.8, 0.7], 2),                    # never stops
            ([0.5, 0.6, 0.4, 0.45, 0.5, 0.3, 0.35], 3),   # the count restarts at each new best
            ([1.0, 0.5, 0.9, 0.8, 0.7, 0.6, 0.55], 2),    # falls again, but never below 0.5
            ([1.0, 0.6, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65], 3)]
+
+
+def _stop_after_global_best(val_losses: list[float], patience: int) -> int:
+    """A typical wrong version that looks ahead: `patience` epochs after the lowest loss of the
+    whole list, which a run in progress cannot know yet."""
+    return min(_best_epoch(val_losses, patience) + patience, len(val_losses))
 
 
 def _stop_vs_previous(val_losses: list[float], patience: int) -> int:
@@ -242,7 +256,16 @@ def check_4(stop_epoch: Callable[[list[float], int], int]) -> str:
                         (None, "a run that never runs out of patience stops at its last "
                                "epoch: return len(val_losses)"),
                         (min(len(losses), patience + 1), "the count starts at the lowest loss "
-                                                         "so far, not at the first epoch"))
+                                                         "so far, not at the first epoch"),
+                        (_stop_after_global_best(losses, patience),
+                         "that looks ahead: it counts from the lowest loss of the whole list, "
+                         "which the run cannot know yet. Decide from the losses up to each "
+                         "epoch: here the run runs out of patience before the later minimum "
+                         "comes"),
+                        (_stop_epoch(losses, patience + 1),
+                         "the run ends when the count reaches patience (the patience-th epoch "
+                         "without a new lowest loss), not when it passes it: more than patience "
+                         "is ReduceLROnPlateau's rule, not early stopping's"))
             raise Wrong(tr("stop_epoch({losses}, patience={patience}) = {got}, expected "
                            "{want}{extra}.", losses=losses, patience=patience, got=got,
                            want=want, extra=extra))
@@ -290,11 +313,16 @@ WRONG: dict[int, list[Any]] = {
         lambda p, g, v, lr, m: (p - (m * v + lr * g), m * v + lr * g),
         lambda p, g, v, lr, m: (p - lr * (g + m * (m * v + g)), m * v + g),
         lambda p, g, v, lr, m: (m * v + g, p - lr * (m * v + g))],
-    # the hint's ends: step 0 is not 0, and the cosine runs from the end of warm-up
+    # the hint's ends: step 0 is not 0, and the cosine runs from the end of warm-up; warm-up
+    # one step too long (<= warmup), and a cosine that reaches 0 one step early
     2: [lambda s, total, w, b: b * 0.5 * (1 + math.cos(math.pi * s / total)),
         lambda s, total, w, b: b * s / w if s < w else b,
         lambda s, total, w, b: (b * s / w if s < w else
-                                b * 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w))))],
+                                b * 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w)))),
+        lambda s, total, w, b: (b * (s + 1) / w if s <= w else
+                                b * 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w)))),
+        lambda s, total, w, b: (b * (s + 1) / w if s < w else
+                                b * 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w - 1))))],
     # the hint's warning (one norm over all of them), by value, and the rule (new tensors)
     3: [lambda grads, m: [t * min(1.0, m / (t.norm().item() + 1e-6)) for t in grads],
         lambda grads, m: [t.clamp(-m, m) for t in grads],
@@ -307,7 +335,9 @@ WRONG: dict[int, list[Any]] = {
         lambda losses, patience: _stop_epoch(losses, patience, strict=False),
         lambda losses, patience: _stop_epoch(losses, patience, reset=False),
         lambda losses, patience: _stop_epoch(losses, patience) - 1,
-        _stop_vs_previous],                                                 # the review's
+        _stop_vs_previous,                                                  # the review's
+        _stop_after_global_best,                                            # looks ahead
+        lambda losses, patience: _stop_epoch(losses, patience + 1)],        # waited > patience
 }
 
 ALSO_RIGHT: dict[int, list[Any]] = {
