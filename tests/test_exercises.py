@@ -184,3 +184,12 @@ def test_watching_sees_forbidden_calls_and_puts_them_back():
     with TorchCalls() as ops:
         torch.empty(3).sum()
     assert ops.calls >= 2 and {"empty", "sum"} <= ops.names
+
+
+def test_close_wants_a_number_not_its_text():
+    """float("171.8") would let an answer written as text pass as the number it spells."""
+    close(171.8, 171.8, "gflops(...)")
+    close(torch.tensor(171.8), 171.8, "gflops(...)")
+    for text in ("171.8", b"171.8"):
+        with pytest.raises(Wrong, match="should be a number"):
+            close(text, 171.8, "gflops(...)")

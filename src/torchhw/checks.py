@@ -177,6 +177,8 @@ def close(got: Any, want: float, what: str, rel: float = 1e-3, extra: str = "") 
     """Raise Wrong unless the number ``got`` is within ``rel`` of ``want``; ``extra`` (from
     :func:`why`) names the mistake."""
     try:
+        if isinstance(got, (str, bytes)):  # float() would take a number written as text
+            raise TypeError
         value = float(got)
     except (TypeError, ValueError):
         raise Wrong(tr("{what} should be a number, got {got}.", what=_(what), got=repr(got))) from None
